@@ -1,0 +1,91 @@
+"""The error tree: every user-facing failure carries its one-line message and exit code.
+
+The command line catches :class:`MapperStateError` at the top, prints
+``mapper-state: <message>`` on stderr and exits with ``exit_code``; anything else
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes, documented in the README."""
+
+    OK = 0
+    INTERNAL = 1
+    CONFIG = 2
+    LEASE_BUSY = 3
+    LEASE_LOST = 4
+    STORE = 5
+    BAD_INPUT = 6
+    TAP_FAILED = 7
+    TARGET_FAILED = 8
+    DOWNSTREAM_CLOSED = 9
+    NOT_FOUND = 10
+    UNSAFE_STORE = 11
+    INTERRUPTED = 130  # 128 + SIGINT; SIGTERM gives 143
+
+
+class MapperStateError(Exception):
+    """Base of every error a user can cause or must act on."""
+
+    exit_code: int = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class ConfigError(MapperStateError):
+    """A setting is missing or invalid, or a config file cannot be read."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class InvalidStateId(ConfigError):
+    """A state ID that could escape its folder or is otherwise unusable."""
+
+
+class LeaseBusy(MapperStateError):
+    """Another run holds the lease on this state ID."""
+
+    exit_code = ExitCode.LEASE_BUSY
+
+
+class LeaseLost(MapperStateError):
+    """Our lease was taken over, broken or expired, or the state moved behind us."""
+
+    exit_code = ExitCode.LEASE_LOST
+
+
+class BadInput(MapperStateError):
+    """A STATE message could not be used and ``--strict`` was given."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class StateNotFound(MapperStateError):
+    """An operator command named a state ID the store does not hold."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
+class DownstreamClosed(MapperStateError):
+    """The target closed its input before the stream ended."""
+
+    exit_code = ExitCode.DOWNSTREAM_CLOSED
+
+
+class Interrupted(MapperStateError):
+    """SIGINT or SIGTERM arrived."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}", exit_code=128 + signum)
+        self.signum = signum

@@ -1,0 +1,93 @@
+"""The one interface every store implements, and the errors it may raise.
+
+Everything clever (leases, fencing, Meltano's document layout, history) lives
+above this interface and is written once; a store only moves opaque bytes with
+the store's native conditional operations.
+
+Checklist for writing a new store (see ``file.py`` for a small one):
+
+1. ``read`` returns ``None`` when the object is absent: "no state" is not an error.
+2. ``create`` must be atomic create-if-absent (S3 ``If-None-Match: *``, GCS
+   ``if_generation_match=0``, Azure ``If-None-Match: *``, ``O_EXCL`` locally) and raise
+   :class:`PreconditionFailed` when the object exists.
+3. ``replace`` must be an atomic compare-and-swap on the version returned by ``read``,
+   ``create`` or a previous ``replace`` (ETag, generation...), raising
+   :class:`PreconditionFailed` on a mismatch or when the object is gone.
+4. ``delete`` with ``if_version`` is conditional in the same way; without it, it
+   is unconditional and deleting an absent object is not an error.
+5. ``list`` yields every key under a key prefix, following pagination.
+6. Map the SDK's typed errors (or HTTP status codes), never message text:
+   404 -> absent, 412/409 -> :class:`PreconditionFailed`, auth -> :class:`StoreAccessDenied`,
+   anything else -> :class:`StoreError`. Retry transient failures (5xx, throttling,
+   connection resets) with :func:`mapper_state.stores.retry.retrying`.
+7. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
+   store joins its prefix exactly once, whatever slashes the user typed.
+8. Import the cloud SDK inside the store module only; the registry imports the
+   module only when its URI scheme is used.
+9. Run ``tests/contract`` against it with a fixture that starts a real server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from mapper_state.errors import MapperStateError, ExitCode
+
+
+class StoreError(MapperStateError):
+    """The store failed or could not be reached."""
+
+    exit_code = ExitCode.STORE
+
+
+class StoreAccessDenied(StoreError):
+    """The store refused our credentials or the operation."""
+
+
+class PreconditionFailed(StoreError):
+    """A conditional write was rejected: the object exists, or its version moved on."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """An object's bytes together with the version token a compare-and-swap needs."""
+
+    data: bytes
+    version: str
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """Opaque objects addressed by key, with conditional create, replace and delete."""
+
+    @property
+    def display_uri(self) -> str:
+        """The store's URI with any secret removed, for messages and logs."""
+        ...
+
+    def read(self, key: str) -> Blob | None:
+        """The object and its version, or ``None`` when it does not exist."""
+        ...
+
+    def create(self, key: str, data: bytes) -> str:
+        """Write a new object only if none exists; return its version."""
+        ...
+
+    def replace(self, key: str, data: bytes, if_version: str) -> str:
+        """Overwrite the object only if its version is ``if_version``; return the new one."""
+        ...
+
+    def delete(self, key: str, if_version: str | None = None) -> None:
+        """Remove the object (only at ``if_version`` when given)."""
+        ...
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every key that starts with ``prefix``, in no particular order."""
+        ...
+
+
+def join_key(*parts: str) -> str:
+    """Join key parts with exactly one ``/`` between them and none at either end."""
+    return "/".join(p.strip("/") for p in parts if p.strip("/"))

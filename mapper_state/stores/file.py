@@ -1,0 +1,200 @@
+"""The embedded default store: a local directory, written atomically with mode 0600.
+
+Conditional writes are made atomic across processes with an ``flock`` on a
+sidecar file per key; readers need no lock because every write is a rename of a
+fully written, fsynced temporary file. The version token combines the inode,
+the modification time and a hash of the content, so it changes on every write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+
+_LOCK_SUFFIX = ".flock"
+
+
+def _version(st: os.stat_result, data: bytes) -> str:
+    digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{digest}"
+
+
+class FileStore:
+    """A directory tree: key ``a/b/state.json`` is the file ``<root>/a/b/state.json``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @property
+    def display_uri(self) -> str:
+        return f"file://{self.root}"
+
+    # -- paths -----------------------------------------------------------------
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
+            raise StoreError(f"invalid key {key!r}")
+        return self.root.joinpath(*parts)
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        self._mkdirs(path.parent)
+        lock_path = path.with_name("." + path.name + _LOCK_SUFFIX)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _mkdirs(self, directory: Path) -> None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except PermissionError as exc:
+            raise StoreAccessDenied(f"cannot create {directory}: permission denied") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot create {directory}: {exc.strerror}") from exc
+
+    def _read_path(self, path: Path) -> Blob | None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+        except PermissionError as exc:
+            raise StoreAccessDenied(f"cannot read {path}: permission denied") from exc
+        except IsADirectoryError:
+            return None
+        try:
+            st = os.fstat(fd)
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read()
+        except IsADirectoryError:
+            return None
+        finally:
+            os.close(fd)
+        return Blob(data, _version(st, data))
+
+    def _write_new_file(self, path: Path, data: bytes) -> tuple[str, str]:
+        """Write ``data`` to a fsynced temp file beside ``path``; return (temp path, version)."""
+        self._mkdirs(path.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+        except PermissionError as exc:
+            raise StoreAccessDenied(f"cannot write in {path.parent}: permission denied") from exc
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(tmp)
+            raise StoreError(f"cannot write {path}: {exc.strerror}") from exc
+        os.close(fd)
+        return tmp, _version(st, data)
+
+    def _fsync_dir(self, directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- the interface -----------------------------------------------------------
+    def read(self, key: str) -> Blob | None:
+        return self._read_path(self._path(key))
+
+    def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        tmp, version = self._write_new_file(path, data)
+        try:
+            os.link(tmp, path)  # atomic create-if-absent
+        except FileExistsError as exc:
+            raise PreconditionFailed(f"{key} already exists") from exc
+        except OSError as exc:
+            if exc.errno == errno.EPERM:  # a filesystem without hard links
+                return self._create_exclusive(path, key, data)
+            raise StoreError(f"cannot create {path}: {exc.strerror}") from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        self._fsync_dir(path.parent)
+        return version
+
+    def _create_exclusive(self, path: Path, key: str, data: bytes) -> str:
+        with self._locked(path):
+            if path.exists():
+                raise PreconditionFailed(f"{key} already exists")
+            tmp, version = self._write_new_file(path, data)
+            os.replace(tmp, path)
+            self._fsync_dir(path.parent)
+            return version
+
+    def replace(self, key: str, data: bytes, if_version: str) -> str:
+        path = self._path(key)
+        with self._locked(path):
+            current = self._read_path(path)
+            if current is None or current.version != if_version:
+                raise PreconditionFailed(f"{key} changed since version {if_version}")
+            tmp, version = self._write_new_file(path, data)
+            os.replace(tmp, path)
+            self._fsync_dir(path.parent)
+            return version
+
+    def delete(self, key: str, if_version: str | None = None) -> None:
+        path = self._path(key)
+        with self._locked(path):
+            if if_version is not None:
+                current = self._read_path(path)
+                if current is None or current.version != if_version:
+                    raise PreconditionFailed(f"{key} changed since version {if_version}")
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.with_name("." + path.name + _LOCK_SUFFIX))
+        self._prune_empty_dirs(path.parent)
+
+    def _prune_empty_dirs(self, directory: Path) -> None:
+        while directory != self.root and self.root in directory.parents:
+            try:
+                entries = list(directory.iterdir())
+                if any(not e.name.endswith(_LOCK_SUFFIX) for e in entries):
+                    return
+                for e in entries:
+                    e.unlink(missing_ok=True)
+                directory.rmdir()
+            except OSError:
+                return
+            directory = directory.parent
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        if not self.root.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, self.root)
+            for name in sorted(filenames):
+                if name.startswith("."):
+                    continue
+                key = name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}"
+                if key.startswith(prefix):
+                    yield key
+
+
+def from_uri(location: str, options: dict[str, object]) -> FileStore:
+    """``file:///abs/path`` gives ``/abs/path``; ``file://rel/path`` a path relative to the cwd."""
+    return FileStore(os.path.expanduser(location) or ".")

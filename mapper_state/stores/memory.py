@@ -1,0 +1,90 @@
+"""An in-process store for tests and for ``doctor``'s own self-check.
+
+``memory://NAME`` names one store shared by everything in the process.
+``memory://NAME?ignore_conditions=true`` behaves like an S3-compatible store that
+accepts but ignores conditional headers: the case ``doctor`` must catch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from urllib.parse import parse_qs
+
+from mapper_state.stores.base import Blob, PreconditionFailed
+
+_STORES: dict[str, MemoryStore] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+class MemoryStore:
+    """A dict of key to (bytes, version) behind a lock."""
+
+    def __init__(self, name: str = "", *, ignore_conditions: bool = False) -> None:
+        self.name = name
+        self.ignore_conditions = ignore_conditions
+        self._objects: dict[str, Blob] = {}
+        self._lock = threading.Lock()
+        self._counter = itertools.count(1)
+        self.requests = 0
+
+    @property
+    def display_uri(self) -> str:
+        return f"memory://{self.name}"
+
+    def _new_version(self) -> str:
+        return str(next(self._counter))
+
+    def read(self, key: str) -> Blob | None:
+        with self._lock:
+            self.requests += 1
+            return self._objects.get(key)
+
+    def create(self, key: str, data: bytes) -> str:
+        with self._lock:
+            self.requests += 1
+            if key in self._objects and not self.ignore_conditions:
+                raise PreconditionFailed(f"{key} already exists")
+            version = self._new_version()
+            self._objects[key] = Blob(bytes(data), version)
+            return version
+
+    def replace(self, key: str, data: bytes, if_version: str) -> str:
+        with self._lock:
+            self.requests += 1
+            current = self._objects.get(key)
+            if not self.ignore_conditions and (current is None or current.version != if_version):
+                raise PreconditionFailed(f"{key} changed since version {if_version}")
+            version = self._new_version()
+            self._objects[key] = Blob(bytes(data), version)
+            return version
+
+    def delete(self, key: str, if_version: str | None = None) -> None:
+        with self._lock:
+            self.requests += 1
+            current = self._objects.get(key)
+            if (
+                if_version is not None
+                and not self.ignore_conditions
+                and (current is None or current.version != if_version)
+            ):
+                raise PreconditionFailed(f"{key} changed since version {if_version}")
+            self._objects.pop(key, None)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        with self._lock:
+            self.requests += 1
+            keys = sorted(k for k in self._objects if k.startswith(prefix))
+        yield from keys
+
+
+def from_uri(location: str, options: dict[str, object]) -> MemoryStore:
+    name, _, query = location.partition("?")
+    params = parse_qs(query)
+    ignore = params.get("ignore_conditions", ["false"])[-1].lower() in ("1", "true", "yes")
+    with _REGISTRY_LOCK:
+        store = _STORES.get(location)
+        if store is None:
+            store = _STORES[location] = MemoryStore(name, ignore_conditions=ignore)
+        return store

@@ -1,0 +1,167 @@
+"""The contract every store must pass, whatever it talks to.
+
+A store's test module subclasses :class:`StoreContract` and provides two fixtures:
+``store`` (a fresh store on an empty prefix of a real server) and ``second_client``
+(another, independent client on the same location, as another process would have).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mapper_state.stores.base import BlobStore, PreconditionFailed
+
+
+class StoreContract:
+    def test_read_absent_is_none(self, store: BlobStore) -> None:
+        assert store.read("nope/state.json") is None
+
+    def test_create_then_read(self, store: BlobStore) -> None:
+        version = store.create("a/state.json", b'{"x": 1}')
+        blob = store.read("a/state.json")
+        assert blob is not None
+        assert blob.data == b'{"x": 1}'
+        assert blob.version == version
+
+    def test_create_refuses_existing(self, store: BlobStore) -> None:
+        store.create("a/lock", b"first")
+        with pytest.raises(PreconditionFailed):
+            store.create("a/lock", b"second")
+        blob = store.read("a/lock")
+        assert blob is not None and blob.data == b"first"
+
+    def test_replace_with_current_version(self, store: BlobStore) -> None:
+        v1 = store.create("k", b"one")
+        v2 = store.replace("k", b"two", if_version=v1)
+        assert v2 != v1
+        blob = store.read("k")
+        assert blob is not None and blob.data == b"two" and blob.version == v2
+
+    def test_replace_with_stale_version_is_refused(self, store: BlobStore) -> None:
+        v1 = store.create("k", b"one")
+        store.replace("k", b"two", if_version=v1)
+        with pytest.raises(PreconditionFailed):
+            store.replace("k", b"three", if_version=v1)
+        blob = store.read("k")
+        assert blob is not None and blob.data == b"two"
+
+    def test_replace_same_bytes_gives_new_version(self, store: BlobStore) -> None:
+        v1 = store.create("k", b"same")
+        v2 = store.replace("k", b"same", if_version=v1)
+        with pytest.raises(PreconditionFailed):
+            store.replace("k", b"other", if_version=v1)
+        assert store.replace("k", b"other", if_version=v2)
+
+    def test_replace_absent_is_refused(self, store: BlobStore) -> None:
+        v1 = store.create("k", b"one")
+        store.delete("k")
+        with pytest.raises(PreconditionFailed):
+            store.replace("k", b"two", if_version=v1)
+        assert store.read("k") is None
+
+    def test_delete_unconditional_and_absent(self, store: BlobStore) -> None:
+        store.create("k", b"one")
+        store.delete("k")
+        assert store.read("k") is None
+        store.delete("k")  # absent: not an error
+
+    def test_delete_with_version(self, store: BlobStore) -> None:
+        v1 = store.create("k", b"one")
+        store.delete("k", if_version=v1)
+        assert store.read("k") is None
+
+    def test_delete_with_stale_version_is_refused(self, store: BlobStore) -> None:
+        if getattr(store, "ignores_delete_preconditions", False):
+            pytest.skip("this server does not enforce delete preconditions (see the store's note)")
+        v1 = store.create("k", b"one")
+        store.replace("k", b"two", if_version=v1)
+        with pytest.raises(PreconditionFailed):
+            store.delete("k", if_version=v1)
+        assert store.read("k") is not None
+
+    def test_list_prefix(self, store: BlobStore) -> None:
+        for key in ("p/a/state.json", "p/b/state.json", "p/b/lock", "q/state.json"):
+            store.create(key, b"{}")
+        assert sorted(store.list("p/")) == ["p/a/state.json", "p/b/lock", "p/b/state.json"]
+        assert sorted(store.list()) == [
+            "p/a/state.json",
+            "p/b/lock",
+            "p/b/state.json",
+            "q/state.json",
+        ]
+
+    def test_keys_with_meltano_ids(self, store: BlobStore) -> None:
+        key = "dev:tap-a-to-target-b/state.json"
+        store.create(key, b"{}")
+        assert list(store.list("dev:tap-a-to-target-b/")) == [key]
+
+    def test_binary_and_large_values(self, store: BlobStore) -> None:
+        data = bytes(range(256)) * 8192  # 2 MiB
+        store.create("big", data)
+        blob = store.read("big")
+        assert blob is not None and blob.data == data
+
+    def test_second_client_sees_writes_and_conflicts(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        v1 = store.create("shared", b"one")
+        blob = second_client.read("shared")
+        assert blob is not None and blob.data == b"one" and blob.version == v1
+        second_client.replace("shared", b"two", if_version=v1)
+        with pytest.raises(PreconditionFailed):
+            store.replace("shared", b"mine", if_version=v1)
+
+    def test_racing_creates_have_one_winner(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        for round_ in range(5):
+            key = f"race/{round_}"
+            winners: list[int] = []
+            barrier = threading.Barrier(4)
+
+            def attempt(i: int, client: BlobStore, key: str = key) -> None:
+                barrier.wait()
+                try:
+                    client.create(key, str(i).encode())
+                    winners.append(i)
+                except PreconditionFailed:
+                    pass
+
+            threads = [
+                threading.Thread(target=attempt, args=(i, (store, second_client)[i % 2]))
+                for i in range(4)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(winners) == 1
+            blob = store.read(key)
+            assert blob is not None and blob.data == str(winners[0]).encode()
+
+    def test_racing_replaces_have_one_winner(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        version = store.create("cas", b"0")
+        winners: list[int] = []
+        barrier = threading.Barrier(4)
+
+        def attempt(i: int, client: BlobStore) -> None:
+            barrier.wait()
+            try:
+                client.replace("cas", str(i + 1).encode(), if_version=version)
+                winners.append(i)
+            except PreconditionFailed:
+                pass
+
+        threads = [
+            threading.Thread(target=attempt, args=(i, (store, second_client)[i % 2]))
+            for i in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(winners) == 1
