@@ -76,7 +76,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
         minimum=0,
     ),
     SettingSpec("state_backend.s3.aws_access_key_id", "string", "AWS access key ID.", secret=True),
-    SettingSpec("state_backend.s3.aws_secret_access_key", "string", "AWS secret access key.", secret=True),
+    SettingSpec(
+        "state_backend.s3.aws_secret_access_key", "string", "AWS secret access key.", secret=True
+    ),
     SettingSpec("state_backend.s3.aws_session_token", "string", "AWS session token.", secret=True),
     SettingSpec(
         "state_backend.s3.endpoint_url",
@@ -89,7 +91,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "string",
         "Server-side encryption for every write: `AES256` or `aws:kms`.",
     ),
-    SettingSpec("state_backend.s3.sse_kms_key_id", "string", "KMS key ID for `aws:kms` encryption."),
+    SettingSpec(
+        "state_backend.s3.sse_kms_key_id", "string", "KMS key ID for `aws:kms` encryption."
+    ),
     SettingSpec(
         "state_backend.azure.connection_string",
         "string",
@@ -141,7 +145,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("tap", "string", "`run`: the tap's command line."),
     SettingSpec("target", "string", "`run`: the target's command line."),
     SettingSpec("full_refresh", "boolean", "Start the tap without the prior state.", False),
-    SettingSpec("dry_run", "boolean", "Take the lease and read the state, but write nothing.", False),
+    SettingSpec(
+        "dry_run", "boolean", "Take the lease and read the state, but write nothing.", False
+    ),
     SettingSpec("strict", "boolean", "Make an unusable STATE message fatal.", False),
     SettingSpec("log_format", "string", "`text` or `json` (one JSON object per line).", "text"),
 )
@@ -346,7 +352,5 @@ def load_settings(
     if not values["state_backend.uri"]:
         values["state_backend.uri"] = DEFAULT_URI
     if values["log_format"] not in ("text", "json"):
-        raise ConfigError(
-            f"setting log_format (from {sources['log_format']}) must be text or json"
-        )
+        raise ConfigError(f"setting log_format (from {sources['log_format']}) must be text or json")
     return Settings(values, sources)

@@ -54,7 +54,9 @@ def open_store(uri: str, options_for: dict[str, dict[str, Any]] | None = None) -
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == scheme:
             return ep.load()(location, options_for.get(scheme, {}))
-    known = ", ".join(sorted({*BUILTIN_SCHEMES, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))}))
+    known = ", ".join(
+        sorted({*BUILTIN_SCHEMES, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+    )
     raise ConfigError(f"state_backend.uri has an unknown scheme {scheme}:// (known: {known})")
 
 

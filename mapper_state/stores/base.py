@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from mapper_state.errors import MapperStateError, ExitCode
+from mapper_state.errors import ExitCode, MapperStateError
 
 
 class StoreError(MapperStateError):

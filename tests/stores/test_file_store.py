@@ -10,10 +10,11 @@ import pytest
 
 from mapper_state.stores.base import BlobStore
 from mapper_state.stores.file import FileStore
+from tests.contract.lease_contract import LeaseContract
 from tests.contract.store_contract import StoreContract
 
 
-class TestFileStore(StoreContract):
+class TestFileStore(StoreContract, LeaseContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> BlobStore:
         return FileStore(tmp_path / "store")

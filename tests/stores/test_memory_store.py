@@ -8,10 +8,11 @@ import pytest
 
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
+from tests.contract.lease_contract import LeaseContract
 from tests.contract.store_contract import StoreContract
 
 
-class TestMemoryStore(StoreContract):
+class TestMemoryStore(StoreContract, LeaseContract):
     @pytest.fixture
     def name(self) -> str:
         return f"memory://{uuid.uuid4().hex}"

@@ -1,0 +1,116 @@
+"""The state document in Meltano's layout, its version-checked load and save, and merging.
+
+A state ID's state lives at ``<state_id>/state.json`` as
+``{"completed": {"singer_state": <value>}, "partial": {}}``, exactly what Meltano's
+own backends write, so either tool reads what the other wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from mapper_state.errors import InvalidStateId, LeaseLost
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+
+STATE_FILE = "state.json"
+MAX_STATE_ID_LENGTH = 512
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def validate_state_id(state_id: str | None) -> str:
+    """Return ``state_id`` if it is safe as a key on every store, else raise a clear error."""
+    if state_id is None or not str(state_id).strip():
+        raise InvalidStateId("state_id is required (--state-id or the state_id setting)")
+    shown = repr(state_id) if len(state_id) <= 80 else repr(state_id[:80] + "...")
+    if len(state_id) > MAX_STATE_ID_LENGTH:
+        raise InvalidStateId(f"state ID {shown} is longer than {MAX_STATE_ID_LENGTH} characters")
+    if _CONTROL.search(state_id):
+        raise InvalidStateId(f"state ID {shown} contains a control character or backslash")
+    if state_id.startswith("/") or state_id.endswith("/"):
+        raise InvalidStateId(f"state ID {shown} must not start or end with '/'")
+    if any(part in ("", ".", "..") for part in state_id.split("/")):
+        raise InvalidStateId(f"state ID {shown} contains an empty, '.' or '..' path segment")
+    if state_id != state_id.strip():
+        raise InvalidStateId(f"state ID {shown} has leading or trailing spaces")
+    return state_id
+
+
+def state_key(state_id: str) -> str:
+    return f"{state_id}/{STATE_FILE}"
+
+
+@dataclass(frozen=True)
+class StateSnapshot:
+    """A state as read: the Singer state value (``None`` when there is none) and its version."""
+
+    state_id: str
+    value: Any
+    version: str | None
+
+    @property
+    def exists(self) -> bool:
+        return self.version is not None
+
+
+def encode_document(value: Any) -> bytes:
+    """Meltano's document for a Singer state value."""
+    return orjson.dumps({"completed": {"singer_state": value}, "partial": {}})
+
+
+def decode_document(data: bytes, where: str) -> Any:
+    """The effective Singer state in a Meltano document: ``partial`` merged over ``completed``."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise StoreError(f"{where} is not valid JSON; fix or clear it") from None
+    if not isinstance(doc, dict):
+        raise StoreError(f"{where} does not hold a state document")
+    completed = doc.get("completed") or {}
+    partial = doc.get("partial") or {}
+    if not isinstance(completed, dict) or not isinstance(partial, dict):
+        raise StoreError(f"{where} does not hold a state document")
+    value = completed.get("singer_state")
+    if "singer_state" in partial:
+        value = deep_merge(value, partial["singer_state"])
+    return value
+
+
+def load(store: BlobStore, state_id: str) -> StateSnapshot:
+    blob = store.read(state_key(state_id))
+    if blob is None:
+        return StateSnapshot(state_id, None, None)
+    where = f"{store.display_uri}/{state_key(state_id)}"
+    return StateSnapshot(state_id, decode_document(blob.data, where), blob.version)
+
+
+def save(store: BlobStore, state_id: str, value: Any, if_version: str | None) -> str:
+    """Write ``value`` only if the state is still at ``if_version`` (absent when ``None``).
+
+    A refusal means someone wrote the state behind the holder's back: fencing
+    turns it into :class:`LeaseLost` and nothing is overwritten.
+    """
+    data = encode_document(value)
+    key = state_key(state_id)
+    try:
+        if if_version is None:
+            return store.create(key, data)
+        return store.replace(key, data, if_version=if_version)
+    except PreconditionFailed:
+        raise LeaseLost(
+            f"the state of {state_id} was changed by another writer during this run; "
+            "not overwriting it"
+        ) from None
+
+
+def deep_merge(base: Any, new: Any) -> Any:
+    """``new`` over ``base``: objects merge key by key, anything else is replaced."""
+    if not isinstance(base, dict) or not isinstance(new, dict):
+        return new
+    merged = dict(base)
+    for key, value in new.items():
+        merged[key] = deep_merge(base.get(key), value) if key in base else value
+    return merged

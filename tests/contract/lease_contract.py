@@ -1,0 +1,134 @@
+"""The lease contract: what every store must let the lease guarantee.
+
+Subclass :class:`LeaseContract` beside :class:`StoreContract` with the same
+``store`` and ``second_client`` fixtures (two independent clients of one location).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mapper_state import state
+from mapper_state.errors import LeaseBusy, LeaseLost
+from mapper_state.lease import Lease, break_lease, lease_key, read_lease
+from mapper_state.stores.base import BlobStore
+
+
+class LeaseContract:
+    def test_acquire_is_exclusive_and_names_the_holder(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        first = Lease(store, "dev:tap-a-to-target-b", ttl=30, run_id="run-one")
+        first.acquire()
+        second = Lease(second_client, "dev:tap-a-to-target-b", ttl=30)
+        with pytest.raises(LeaseBusy, match="held by run run-one on host .* \\(pid \\d+\\)"):
+            second.acquire()
+        first.release()
+        second.acquire()
+        second.release()
+        assert store.read(lease_key("dev:tap-a-to-target-b")) is None
+
+    def test_renewal_keeps_a_lease_past_its_ttl(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        holder = Lease(store, "long", ttl=1.5)
+        holder.acquire()
+        holder.start_heartbeat()
+        time.sleep(4)  # well past ttl + skew allowance
+        with pytest.raises(LeaseBusy):
+            Lease(second_client, "long", ttl=1.5).acquire()
+        assert holder.lost is None
+        holder.release()
+
+    def test_expired_lease_is_taken_over(self, store: BlobStore, second_client: BlobStore) -> None:
+        crashed = Lease(store, "crash", ttl=1)
+        crashed.acquire()  # never renewed, never released: a SIGKILLed holder
+        with pytest.raises(LeaseBusy):
+            Lease(second_client, "crash", ttl=1).acquire()
+        time.sleep(1.5)
+        taker = Lease(second_client, "crash", ttl=30, run_id="taker")
+        taker.acquire()
+        record, _ = read_lease(store, "crash")
+        assert record is not None and record.run_id == "taker"
+        with pytest.raises(LeaseLost):
+            crashed.renew()  # the old holder learns it lost the lease
+        taker.release()
+
+    def test_waiting_for_a_busy_lease(self, store: BlobStore, second_client: BlobStore) -> None:
+        first = Lease(store, "wait", ttl=30)
+        first.acquire()
+        threading.Timer(0.5, first.release).start()
+        waiter = Lease(second_client, "wait", ttl=30, retry=0.1, wait=10)
+        started = time.monotonic()
+        waiter.acquire()
+        assert time.monotonic() - started < 10
+        waiter.release()
+
+    def test_takeover_race_has_one_winner(self, store: BlobStore, second_client: BlobStore) -> None:
+        for round_ in range(3):
+            state_id = f"race-{round_}"
+            Lease(store, state_id, ttl=0.5).acquire()
+            time.sleep(0.7)
+            winners: list[Lease] = []
+            barrier = threading.Barrier(4)
+
+            def contend(client: BlobStore, state_id: str = state_id) -> None:
+                lease = Lease(client, state_id, ttl=30)
+                barrier.wait()
+                try:
+                    lease.acquire()
+                    winners.append(lease)
+                except LeaseBusy:
+                    pass
+
+            threads = [
+                threading.Thread(target=contend, args=((store, second_client)[i % 2],))
+                for i in range(4)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(winners) == 1
+            winners[0].release()
+
+    def test_broken_lease_fences_the_old_holder(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        holder = Lease(store, "fenced", ttl=30)
+        holder.acquire()
+        version = state.save(store, "fenced", {"bookmark": 1}, None)
+        break_lease(second_client, "fenced")
+        with pytest.raises(LeaseLost):
+            holder.confirm()
+        assert state.load(store, "fenced").value == {"bookmark": 1}
+        assert version
+
+    def test_state_write_is_conditional_on_the_version_seen(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        v1 = state.save(store, "cas", {"b": 1}, None)
+        state.save(second_client, "cas", {"b": "other writer"}, v1)
+        with pytest.raises(LeaseLost, match="changed by another writer"):
+            state.save(store, "cas", {"b": 2}, v1)
+        with pytest.raises(LeaseLost):
+            state.save(store, "cas", {"b": 3}, None)  # we saw none, someone created it
+        assert state.load(store, "cas").value == {"b": "other writer"}
+
+    def test_release_of_a_lost_lease_leaves_the_new_holder_alone(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        if getattr(store, "ignores_delete_preconditions", False):
+            pytest.skip("this server does not enforce delete preconditions (see the store's note)")
+        old = Lease(store, "handover", ttl=0.5)
+        old.acquire()
+        time.sleep(0.7)
+        new = Lease(second_client, "handover", ttl=30, run_id="new")
+        new.acquire()
+        old.release()
+        record, _ = read_lease(store, "handover")
+        assert record is not None and record.run_id == "new"
+        new.release()
