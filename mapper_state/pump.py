@@ -1,0 +1,197 @@
+"""The byte pump: every input byte reaches the output unchanged and in order.
+
+The hot path is large ``os.read``/``os.write`` calls on raw file descriptors;
+the only per-chunk work is a ``bytes.find`` for ``"STATE"``. Only lines holding
+that token are cut out and parsed, and a line is buffered across chunks only
+while it may still be a STATE message, so a 200 MB RECORD line costs no memory.
+A state is handed on only after the bytes carrying it were written downstream.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from mapper_state.errors import DownstreamClosed
+
+CHUNK = 1 << 20
+PIPE_SIZE = 1 << 20
+TOKEN = b'"STATE"'
+# How much of an incomplete line we keep before deciding from its head whether
+# it can still be a STATE message.
+HEAD_LIMIT = 1 << 16
+_TYPE_FIRST = re.compile(rb'\s*\{\s*"type"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_LOOKS_LIKE_STATE = re.compile(rb'"type"\s*:\s*"STATE"')
+
+OnState = Callable[[Any], None]
+OnBad = Callable[[str], None]
+
+
+@dataclass
+class PumpStats:
+    bytes: int = 0
+    states: int = 0
+    chunks: int = 0
+
+
+def enlarge_pipe(fd: int) -> None:
+    """Ask for a bigger kernel pipe buffer: fewer, larger reads and writes."""
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+    except (OSError, AttributeError):
+        pass  # not Linux, or over /proc/sys/fs/pipe-max-size: keep the default
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BrokenPipeError:
+        raise DownstreamClosed("the target closed its input before the stream ended") from None
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise DownstreamClosed("the target closed its input before the stream ended") from None
+        raise
+
+
+def cannot_be_state(head: bytes) -> bool:
+    """True when an incomplete line's head rules out a STATE message (type given first)."""
+    stripped = head.lstrip()
+    if stripped and not stripped.startswith(b"{"):
+        return True
+    m = _TYPE_FIRST.match(head)
+    return m is not None and m.group(1) != b"STATE"
+
+
+class LineScanner:
+    """Finds STATE messages in the chunks of a stream, whatever the chunk boundaries."""
+
+    def __init__(self, on_state: OnState, on_bad: OnBad, after_target: bool = False) -> None:
+        self.on_state = on_state
+        self.on_bad = on_bad
+        self.after_target = after_target
+        self.carry = bytearray()  # start of the current incomplete line
+        self.discarding = False  # the current incomplete line cannot be a STATE message
+        self.states = 0
+        self.line_no = 0
+
+    def feed(self, chunk: bytes) -> None:
+        first_nl = chunk.find(b"\n")
+        if first_nl < 0:
+            self._extend_carry(chunk)
+            return
+        # the line in progress ends in this chunk
+        if self.discarding:
+            self.discarding = False
+        elif self.carry:
+            self.carry += chunk[:first_nl]
+            self._line(bytes(self.carry))
+            self.carry.clear()
+        else:
+            self._line(chunk[:first_nl])
+        last_nl = chunk.rfind(b"\n")
+        if self.after_target:
+            for line in chunk[first_nl + 1 : last_nl].split(b"\n") if last_nl > first_nl else ():
+                self._line(line)
+        else:
+            self._scan_complete_lines(chunk, first_nl + 1, last_nl)
+        self._extend_carry(chunk[last_nl + 1 :])
+
+    def _scan_complete_lines(self, chunk: bytes, start: int, end: int) -> None:
+        pos = chunk.find(TOKEN, start, end)
+        while pos >= 0:
+            line_start = chunk.rfind(b"\n", start, pos) + 1 or start
+            line_end = chunk.find(b"\n", pos, end + 1)
+            self._line(chunk[line_start:line_end])
+            pos = chunk.find(TOKEN, line_end, end)
+
+    def _extend_carry(self, piece: bytes) -> None:
+        if self.discarding or not piece:
+            return
+        self.carry += piece
+        if (
+            len(self.carry) > HEAD_LIMIT
+            and not self.after_target
+            and cannot_be_state(bytes(self.carry[:HEAD_LIMIT]))
+        ):
+            self.carry.clear()
+            self.discarding = True
+
+    def finish(self) -> None:
+        """The stream ended: a last line without a newline still counts."""
+        if self.carry and not self.discarding:
+            self._line(bytes(self.carry))
+        self.carry.clear()
+        self.discarding = False
+
+    def _line(self, line: bytes) -> None:
+        if self.after_target:
+            self._bare_state(line)
+        elif TOKEN in line:
+            self._message(line)
+
+    def _message(self, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if _LOOKS_LIKE_STATE.search(line):
+                self.on_bad("a STATE-looking line is not valid JSON; passed through, not stored")
+            return
+        if not isinstance(message, dict) or message.get("type") != "STATE":
+            return
+        if "value" not in message:
+            self.on_bad("a STATE message has no value; passed through, not stored")
+            return
+        self.states += 1
+        self.on_state(message["value"])
+
+    def _bare_state(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self.on_bad("a line from the target is not a JSON state; passed through, not stored")
+            return
+        self.states += 1
+        self.on_state(value)
+
+
+def pump(
+    src_fd: int,
+    dst_fd: int,
+    scanner: LineScanner,
+    check: Callable[[], None] | None = None,
+) -> PumpStats:
+    """Copy ``src_fd`` to ``dst_fd`` until EOF, feeding every chunk to ``scanner``.
+
+    ``check`` runs once per chunk (not per line) so a lost lease stops the stream.
+    Raises :class:`DownstreamClosed` when the output pipe breaks.
+    """
+    enlarge_pipe(src_fd)
+    enlarge_pipe(dst_fd)
+    stats = PumpStats()
+    read, feed = os.read, scanner.feed
+    while True:
+        chunk = read(src_fd, CHUNK)
+        if not chunk:
+            break
+        write_all(dst_fd, chunk)
+        stats.bytes += len(chunk)
+        stats.chunks += 1
+        feed(chunk)
+        if check is not None:
+            check()
+    scanner.finish()
+    stats.states = scanner.states
+    return stats

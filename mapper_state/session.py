@@ -1,0 +1,129 @@
+"""A run's hold on one state ID: lease, prior state, fenced commits, final snapshot, release.
+
+The filter and ``run`` share this: both take the lease, read the prior state,
+commit states through a :class:`Checkpointer` and, on every exit path, release
+the lease. A commit first confirms the lease (a compare-and-swap renewal), then
+writes the state conditionally on the version last seen: fencing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mapper_state import log, state
+from mapper_state.checkpoint import Checkpointer
+from mapper_state.config import Settings
+from mapper_state.lease import Lease
+from mapper_state.stores import open_configured_store
+from mapper_state.stores.base import BlobStore, StoreError
+
+
+def meltano_owns_state(settings: Settings, env: dict[str, str] | None = None) -> bool:
+    """Is this Meltano's own state (same store, Meltano's ``<env>:<extractor>-to-`` ID)?"""
+    env = dict(os.environ) if env is None else env
+    meltano_uri = env.get("MELTANO_STATE_BACKEND_URI", "")
+    environment = env.get("MELTANO_ENVIRONMENT")
+    extractor = env.get("MELTANO_EXTRACTOR_NAME")
+    if not (meltano_uri and environment and extractor and settings.state_id):
+        return False
+    same_store = meltano_uri.rstrip("/") == settings.uri.rstrip("/")
+    return same_store and settings.state_id.startswith(f"{environment}:{extractor}-to-")
+
+
+class Session:
+    """Use as a context manager; commit with :meth:`offer`, end with :meth:`finish`."""
+
+    def __init__(self, settings: Settings, store: BlobStore | None = None) -> None:
+        self.settings = settings
+        self.state_id = state.validate_state_id(settings.state_id)
+        self.store = store or open_configured_store(settings)
+        self.lease = Lease(
+            self.store,
+            self.state_id,
+            ttl=settings.lock_timeout,
+            retry=settings.lock_retry,
+            wait=settings.lock_wait,
+        )
+        lock_only = settings["lock_only"]
+        self.lock_only = meltano_owns_state(settings) if lock_only is None else lock_only
+        self.dry_run = bool(settings["dry_run"])
+        self.prior: state.StateSnapshot | None = None
+        self._version: str | None = None
+        self._merge_base: Any = None
+        self.committed: Any = None
+        self.checkpointer: Checkpointer | None = None
+
+    def __enter__(self) -> Session:
+        self.lease.acquire()
+        try:
+            self.prior = state.load(self.store, self.state_id)
+        except BaseException:
+            self.release()
+            raise
+        self._version = self.prior.version
+        self._merge_base = self.prior.value
+        self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
+        self.lease.start_heartbeat(on_lost=self.checkpointer.fail)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.abandon()
+        self.release()
+
+    @property
+    def handoff_value(self) -> Any:
+        """The state to hand the tap: ``{}`` when there is none or on a full refresh."""
+        if self.settings["full_refresh"] or self.prior is None or self.prior.value is None:
+            return {}
+        return self.prior.value
+
+    @property
+    def writes_state(self) -> bool:
+        return not (self.lock_only or self.dry_run)
+
+    def offer(self, value: Any) -> None:
+        assert self.checkpointer is not None
+        self.checkpointer.offer(value)
+
+    def check(self) -> None:
+        assert self.checkpointer is not None
+        self.checkpointer.check()
+
+    def _commit(self, value: Any) -> None:
+        if not self.writes_state:
+            self.lease.confirm()
+            self.committed = value
+            return
+        if self.settings["state_merge"]:
+            value = state.deep_merge(self._merge_base, value)
+        self.lease.confirm()
+        self._version = state.save(self.store, self.state_id, value, self._version)
+        self._merge_base = value
+        self.committed = value
+
+    def finish(self) -> bool:
+        """Write the last state now and keep a history snapshot of it."""
+        assert self.checkpointer is not None
+        wrote = self.checkpointer.finish()
+        if self.checkpointer.commits and self.writes_state and self.settings["history_keep"]:
+            from mapper_state import history
+
+            try:
+                history.record(
+                    self.store,
+                    self.state_id,
+                    self.committed,
+                    run_id=self.lease.run_id,
+                    keep=self.settings["history_keep"],
+                )
+            except StoreError as exc:
+                log.warning(f"could not keep a history snapshot: {exc.message}")
+        return wrote
+
+    def release(self) -> None:
+        try:
+            self.lease.release()
+        except StoreError as exc:
+            log.warning(f"could not release the lease on {self.state_id}: {exc.message}")
