@@ -324,7 +324,6 @@ def load_settings(
 ) -> Settings:
     """Resolve every setting from its sources; raise :class:`ConfigError` on the first bad one."""
     env = os.environ if env is None else env
-    layers: list[tuple[str, Mapping[str, Any]]] = []
     meltano = {}
     for spec in SETTINGS:
         var = spec.meltano_env_var
