@@ -1,0 +1,121 @@
+"""What every command shares: store flags, settings resolution and error handling.
+
+These live apart from ``cli.py`` so that the subcommand modules can use them at
+import time without importing ``cli.py`` (which imports the subcommands).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from mapper_state import log
+from mapper_state.config import Settings, load_settings
+from mapper_state.errors import ExitCode, MapperStateError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# flag -> setting name, shared by every command that talks to a store
+_STORE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    (
+        "--state-backend-uri",
+        "state_backend.uri",
+        str,
+        "Store URI (file://, s3://, azure://, gs://).",
+    ),
+    ("--lock-timeout-seconds", "state_backend.lock_timeout_seconds", float, "Lease TTL."),
+    (
+        "--lock-retry-seconds",
+        "state_backend.lock_retry_seconds",
+        float,
+        "Poll interval for a busy lease.",
+    ),
+    (
+        "--lock-wait-seconds",
+        "state_backend.lock_wait_seconds",
+        float,
+        "Wait this long for a busy lease.",
+    ),
+)
+
+
+def store_options(func: F) -> F:
+    """Add ``--config`` and the store flags; the command receives ``settings_flags``."""
+
+    @click.option(
+        "--config",
+        "config_files",
+        multiple=True,
+        metavar="FILE",
+        help="JSON settings file (repeatable; ENV: settings from the environment only).",
+    )
+    @click.option(
+        "--set",
+        "set_options",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="Any setting by its dotted name, e.g. state_backend.s3.region=eu-west-1.",
+    )
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any, config_files: tuple[str, ...], set_options: tuple[str, ...], **kwargs: Any
+    ) -> Any:
+        flags = {name: kwargs.pop(name.replace(".", "_"), None) for _, name, _, _ in _STORE_FLAGS}
+        for item in set_options:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--set")
+            flags[key.strip()] = value
+        kwargs["settings_flags"] = flags
+        kwargs["config_files"] = config_files
+        return func(*args, **kwargs)
+
+    for flag, name, kind, help_text in reversed(_STORE_FLAGS):
+        wrapper = click.option(
+            flag, name.replace(".", "_"), type=kind, default=None, help=help_text
+        )(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
+def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Settings:
+    """Settings from every source; a ``--set`` with an unknown name is a config error."""
+    from mapper_state.config import SETTINGS_BY_NAME
+    from mapper_state.errors import ConfigError
+
+    unknown = [k for k, v in flags.items() if v is not None and k not in SETTINGS_BY_NAME]
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]}")
+    settings = load_settings(flags, config_files)
+    log.configure(settings)
+    return settings
+
+
+def command_settings(
+    ctx: click.Context, flags: dict[str, Any], config_files: tuple[str, ...]
+) -> Settings:
+    """Settings for a subcommand: its own flags and files over those given before its name."""
+    parent = ctx.find_root().obj or {}
+    merged = {k: v for k, v in parent.get("settings_flags", {}).items() if v is not None}
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    return resolve_settings(merged, (*parent.get("config_files", ()), *config_files))
+
+
+def handle_errors(func: F) -> F:
+    """Turn :class:`MapperStateError` into one line on stderr and its exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except MapperStateError as exc:
+            log.error(exc.message)
+            sys.exit(int(exc.exit_code))
+        except KeyboardInterrupt:
+            log.error("interrupted")
+            sys.exit(ExitCode.INTERRUPTED)
+
+    return wrapper  # type: ignore[return-value]
