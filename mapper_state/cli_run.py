@@ -1,7 +1,52 @@
-"""``mapper-state run``: the whole tap-to-target job (SPEC 1.1)."""
+"""``mapper-state run``: the whole tap-to-target job (SPEC 1.1), for containers and cron."""
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
-COMMANDS: tuple[click.Command, ...] = ()
+from mapper_state.cli_common import command_settings, handle_errors, store_options
+
+
+@click.command("run")
+@click.option("--state-id", help="The pipeline's state ID.")
+@click.option("--tap", help='The tap\'s command line, e.g. "tap-postgres --config tap.json".')
+@click.option("--target", help='The target\'s command line, e.g. "target-jsonl --config t.json".')
+@click.option("--full-refresh", is_flag=True, default=None, help="Start the tap without state.")
+@click.option("--dry-run", is_flag=True, default=None, help="Take the lease but write no state.")
+@click.option(
+    "--checkpoint-interval-seconds",
+    type=float,
+    default=None,
+    help="At most one state write per interval.",
+)
+@click.option(
+    "--state-merge", is_flag=True, default=None, help="Deep-merge each state over the prior one."
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default=None, help="Log format on stderr."
+)
+@store_options
+@click.pass_context
+@handle_errors
+def run_command(
+    ctx: click.Context,
+    settings_flags: dict[str, Any],
+    config_files: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    """Run TAP | TARGET under the lease, committing the states the target confirms.
+
+    Exit codes: 0 ok, 2 configuration, 3 lease busy, 4 lease lost, 5 store,
+    7 tap failed, 8 target failed, 128+N killed by signal N.
+    """
+    settings_flags.update(flags)
+    settings = command_settings(ctx, settings_flags, config_files)
+    from mapper_state.pipeline import run_pipeline
+
+    sys.exit(run_pipeline(settings))
+
+
+COMMANDS: tuple[click.Command, ...] = (run_command,)

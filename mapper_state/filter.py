@@ -9,31 +9,13 @@ for a broken pipe, nothing written after the last commit.
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from mapper_state import handoff, log
+from mapper_state import handoff, log, signals
 from mapper_state.config import Settings
-from mapper_state.errors import BadInput, DownstreamClosed, ExitCode, Interrupted
+from mapper_state.errors import BadInput, ConfigError, DownstreamClosed, ExitCode
 from mapper_state.pump import LineScanner, pump
 from mapper_state.session import Session
-
-
-@contextmanager
-def signals_raise() -> Iterator[None]:
-    """SIGINT/SIGTERM raise :class:`Interrupted` in the main thread, so cleanup runs."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def _on_bad(strict: bool):  # type: ignore[no-untyped-def]
@@ -53,7 +35,13 @@ def run_filter(
     input_path: str | None = None,
 ) -> int:
     """Run the filter to the end of its input; return the exit code."""
-    with signals_raise():
+    src = sys.stdin.fileno()
+    if input_path:
+        try:
+            src = os.open(input_path, os.O_RDONLY)
+        except OSError as exc:
+            raise ConfigError(f"--input {input_path}: {exc.strerror}") from None
+    with signals.raising():
         session = Session(settings)
         try:
             session.__enter__()
@@ -65,29 +53,23 @@ def run_filter(
         try:
             if state_file:
                 writer = handoff.hand_off(state_file, session.handoff_value)
-            src = os.open(input_path, os.O_RDONLY) if input_path else sys.stdin.fileno()
             scanner = LineScanner(session.offer, _on_bad(bool(settings["strict"])), after_target)
-            try:
-                stats = pump(src, sys.stdout.fileno(), scanner, check=session.check)
-            finally:
-                if input_path:
-                    os.close(src)
+            stats = pump(src, sys.stdout.fileno(), scanner, check=session.check)
             wrote = session.finish()
             log.info(
                 "done",
                 state_id=session.state_id,
                 bytes=stats.bytes,
                 states=stats.states,
-                committed="yes" if wrote or session.checkpointer.commits else "no",  # type: ignore[union-attr]
+                committed="yes" if wrote else "no",
             )
             return ExitCode.OK
         except DownstreamClosed:
             log.error("the target closed its input; states after the last commit are not stored")
             return ExitCode.DOWNSTREAM_CLOSED
-        except FileNotFoundError as exc:
-            log.error(f"--input {exc.filename}: no such file")
-            return ExitCode.CONFIG
         finally:
             if writer is not None:
                 writer.stop()
-            session.__exit__(None, None, None)
+            session.__exit__()
+            if input_path:
+                os.close(src)

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 import orjson
 
+from mapper_state import signals
 from mapper_state.errors import LeaseBusy, LeaseLost
 from mapper_state.stores.base import Blob, BlobStore, PreconditionFailed, StoreError
 
@@ -147,17 +148,18 @@ class Lease:
         holder, blob = read_lease(self.store, self.state_id)
         now = self.clock()
         record = self._fresh_record(now)
+        if blob is not None and holder is not None and not holder.is_expired(now):
+            return holder
         try:
-            if blob is None:
-                self.version = self.store.create(self.key, record.to_bytes())
-            elif holder is None or holder.is_expired(now):
-                self.version = self.store.replace(self.key, record.to_bytes(), blob.version)
-            else:
-                return holder
+            with signals.deferred():  # a lease we created is always one we remember
+                if blob is None:
+                    self.version = self.store.create(self.key, record.to_bytes())
+                else:
+                    self.version = self.store.replace(self.key, record.to_bytes(), blob.version)
+                self.record = record
         except PreconditionFailed:
             holder, _ = read_lease(self.store, self.state_id)
             return holder or self._fresh_record(now)  # changed hands under us: still busy
-        self.record = record
         return None
 
     def acquire(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mapper_state import log, state
+from mapper_state import log, signals, state
 from mapper_state.checkpoint import Checkpointer
 from mapper_state.config import Settings
 from mapper_state.lease import Lease
@@ -55,19 +55,21 @@ class Session:
         self.checkpointer: Checkpointer | None = None
 
     def __enter__(self) -> Session:
-        self.lease.acquire()
         try:
+            self.lease.acquire()
             self.prior = state.load(self.store, self.state_id)
+            with signals.deferred():
+                self._version = self.prior.version
+                self._merge_base = self.prior.value
+                self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
+                self.lease.start_heartbeat(on_lost=self.checkpointer.fail)
         except BaseException:
-            self.release()
+            self.__exit__()
             raise
-        self._version = self.prior.version
-        self._merge_base = self.prior.value
-        self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
-        self.lease.start_heartbeat(on_lost=self.checkpointer.fail)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.lease.stop_heartbeat()
         if self.checkpointer is not None:
             self.checkpointer.abandon()
         self.release()

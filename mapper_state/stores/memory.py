@@ -3,12 +3,15 @@
 ``memory://NAME`` names one store shared by everything in the process.
 ``memory://NAME?ignore_conditions=true`` behaves like an S3-compatible store that
 accepts but ignores conditional headers: the case ``doctor`` must catch.
+``memory://NAME?latency_ms=500`` makes every request take that long, so the
+benchmarks can show that a slow store does not slow the stream.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Iterator
 from urllib.parse import parse_qs
 
@@ -21,9 +24,12 @@ _REGISTRY_LOCK = threading.Lock()
 class MemoryStore:
     """A dict of key to (bytes, version) behind a lock."""
 
-    def __init__(self, name: str = "", *, ignore_conditions: bool = False) -> None:
+    def __init__(
+        self, name: str = "", *, ignore_conditions: bool = False, latency: float = 0.0
+    ) -> None:
         self.name = name
         self.ignore_conditions = ignore_conditions
+        self.latency = latency
         self._objects: dict[str, Blob] = {}
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
@@ -33,15 +39,21 @@ class MemoryStore:
     def display_uri(self) -> str:
         return f"memory://{self.name}"
 
+    def _wait(self) -> None:
+        if self.latency:
+            time.sleep(self.latency)
+
     def _new_version(self) -> str:
         return str(next(self._counter))
 
     def read(self, key: str) -> Blob | None:
+        self._wait()
         with self._lock:
             self.requests += 1
             return self._objects.get(key)
 
     def create(self, key: str, data: bytes) -> str:
+        self._wait()
         with self._lock:
             self.requests += 1
             if key in self._objects and not self.ignore_conditions:
@@ -51,6 +63,7 @@ class MemoryStore:
             return version
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
+        self._wait()
         with self._lock:
             self.requests += 1
             current = self._objects.get(key)
@@ -61,6 +74,7 @@ class MemoryStore:
             return version
 
     def delete(self, key: str, if_version: str | None = None) -> None:
+        self._wait()
         with self._lock:
             self.requests += 1
             current = self._objects.get(key)
@@ -73,6 +87,7 @@ class MemoryStore:
             self._objects.pop(key, None)
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        self._wait()
         with self._lock:
             self.requests += 1
             keys = sorted(k for k in self._objects if k.startswith(prefix))
@@ -83,8 +98,9 @@ def from_uri(location: str, options: dict[str, object]) -> MemoryStore:
     name, _, query = location.partition("?")
     params = parse_qs(query)
     ignore = params.get("ignore_conditions", ["false"])[-1].lower() in ("1", "true", "yes")
+    latency = float(params.get("latency_ms", ["0"])[-1]) / 1000
     with _REGISTRY_LOCK:
         store = _STORES.get(location)
         if store is None:
-            store = _STORES[location] = MemoryStore(name, ignore_conditions=ignore)
+            store = _STORES[location] = MemoryStore(name, ignore_conditions=ignore, latency=latency)
         return store

@@ -1,0 +1,48 @@
+# The two commands of the README:
+#   make demo   set everything up, run the sample incremental pipeline twice on the local store
+#   make test   set everything up, run the whole test suite (what .ci/run calls)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast test-e2e bench lint format setup tools clean
+
+$(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	@test -x $(BIN)/python || uv venv --quiet --python $(PYTHON) $(VENV)
+	uv pip install --quiet --python $(BIN)/python -e '.[all,dev]' -e examples/tap-sample
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+tools: $(STAMP)
+	@scripts/install-tools.sh
+	@scripts/install-emulators.sh
+
+demo: setup tools
+	@examples/demo.sh
+
+test: setup tools
+	$(BIN)/pytest -q -p no:cacheprovider
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not e2e and not cloud"
+
+test-e2e: setup tools
+	$(BIN)/pytest -q -m e2e
+
+bench: setup tools
+	$(BIN)/python benchmarks/run.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) .tools .mapper-state output

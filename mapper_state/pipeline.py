@@ -1,0 +1,238 @@
+"""``mapper-state run``: own the tap and the target, commit only what the target confirmed.
+
+The tap's stdout is pumped into the target's stdin by the same byte pump as the
+filter; the target's stdout (bare state values, one per line, each printed once
+the target has safely written the data before it) is committed and echoed. The
+tap gets the prior state through a private temp file. Signals are forwarded to
+both children, which run in their own process groups so a terminal's Ctrl-C
+reaches them once, through us; and both die with us if we are killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import orjson
+
+from mapper_state import log
+from mapper_state.config import Settings
+from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
+from mapper_state.pump import CHUNK, LineScanner, enlarge_pipe, pump
+from mapper_state.session import Session
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if mapper-state dies, even by SIGKILL (Linux)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def command_line(settings: Settings, name: str) -> list[str]:
+    raw = settings[name]
+    if not raw or not str(raw).strip():
+        raise ConfigError(
+            f"setting {name} is required for run (--{name} or MAPPER_STATE_{name.upper()})"
+        )
+    try:
+        return shlex.split(raw)
+    except ValueError as exc:
+        raise ConfigError(f"setting {name} is not a valid command line: {exc}") from None
+
+
+class LineCounter:
+    """A scanner for the tap-to-target pump: counts messages, parses nothing."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.lines += chunk.count(b"\n")
+
+    def finish(self) -> None:
+        pass
+
+    states = 0
+
+
+@dataclass
+class Progress:
+    """What the progress line and the final log report."""
+
+    counter: LineCounter
+    confirmed: int = 0
+    started: float = field(default_factory=time.monotonic)
+    last_commit: float | None = None
+
+
+@contextlib.contextmanager
+def private_state_file(session: Session) -> Iterator[str | None]:
+    """The prior state in a 0600 temp file for ``--state``, or ``None`` without one."""
+    if session.settings["full_refresh"] or session.prior is None or session.prior.value is None:
+        yield None
+        return
+    fd, path = tempfile.mkstemp(prefix="mapper-state-", suffix=".json")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(session.prior.value))
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+class Children:
+    """The tap and target processes, and the signals we forward to them."""
+
+    def __init__(self, tap: list[str], target: list[str]) -> None:
+        self.received: int | None = None
+        kwargs = {"process_group": 0, "preexec_fn": _die_with_parent}
+        try:
+            self.target = subprocess.Popen(
+                target,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except OSError as exc:
+            raise MapperStateError(
+                f"cannot start the target {target[0]}: {exc.strerror}",
+                exit_code=ExitCode.TARGET_FAILED,
+            ) from None
+        try:
+            self.tap = subprocess.Popen(tap, stdout=subprocess.PIPE, **kwargs)  # type: ignore[arg-type]
+        except OSError as exc:
+            self.target.kill()
+            self.target.wait()
+            raise MapperStateError(
+                f"cannot start the tap {tap[0]}: {exc.strerror}", exit_code=ExitCode.TAP_FAILED
+            ) from None
+
+    def forward(self, signum: int, frame: object = None) -> None:
+        self.received = self.received or signum
+        for child in (self.tap, self.target):
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
+
+    def stop_tap(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.tap.terminate()
+
+
+def _confirmations(children: Children, session: Session, progress: Progress) -> threading.Thread:
+    """Read the target's stdout: commit each state line and echo it to our stdout."""
+
+    def on_state(value: object) -> None:
+        progress.confirmed += 1
+        session.offer(value)
+
+    def on_bad(message: str) -> None:
+        log.warning(message)
+
+    def read() -> None:
+        assert children.target.stdout is not None
+        src = children.target.stdout.fileno()
+        scanner = LineScanner(on_state, on_bad, after_target=True)
+        echo = True
+        while chunk := os.read(src, CHUNK):
+            if echo:
+                try:
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.buffer.flush()
+                except (BrokenPipeError, ValueError):
+                    echo = False
+            scanner.feed(chunk)
+        scanner.finish()
+
+    thread = threading.Thread(target=read, name="target-confirmations", daemon=True)
+    thread.start()
+    return thread
+
+
+def _progress_line(progress: Progress, session: Session, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        elapsed = time.monotonic() - progress.started
+        commits = session.checkpointer.commits if session.checkpointer else 0
+        rate = progress.counter.lines / elapsed if elapsed else 0
+        sys.stderr.write(
+            f"\rmapper-state: {progress.counter.lines:,} messages, {rate:,.0f}/s, "
+            f"{progress.confirmed} states confirmed, {commits} commits   "
+        )
+        sys.stderr.flush()
+    sys.stderr.write("\n")
+
+
+def run_pipeline(settings: Settings) -> int:
+    """Run tap | target under the lease; return the exit code (README, exit codes)."""
+    tap_cmd, target_cmd = command_line(settings, "tap"), command_line(settings, "target")
+    with Session(settings) as session, private_state_file(session) as state_path:
+        if state_path:
+            tap_cmd = [*tap_cmd, "--state", state_path]
+        children = Children(tap_cmd, target_cmd)
+        previous = {s: signal.signal(s, children.forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        progress = Progress(LineCounter())
+        stop_progress = threading.Event()
+        if sys.stderr.isatty() and settings["log_format"] == "text":
+            threading.Thread(
+                target=_progress_line, args=(progress, session, stop_progress), daemon=True
+            ).start()
+        reader = _confirmations(children, session, progress)
+        target_closed = False
+        try:
+            assert children.tap.stdout is not None and children.target.stdin is not None
+            enlarge_pipe(children.target.stdin.fileno())
+            try:
+                pump(
+                    children.tap.stdout.fileno(),
+                    children.target.stdin.fileno(),
+                    progress.counter,  # type: ignore[arg-type]
+                    check=session.check,
+                )
+            except DownstreamClosed:
+                target_closed = True
+                children.stop_tap()
+            finally:
+                with contextlib.suppress(BrokenPipeError):
+                    children.target.stdin.close()
+                children.tap.stdout.close()
+            tap_code = children.tap.wait()
+            target_code = children.target.wait()
+            reader.join()
+        finally:
+            stop_progress.set()
+            for s, h in previous.items():
+                signal.signal(s, h)
+            if children.tap.poll() is None or children.target.poll() is None:
+                children.forward(signal.SIGTERM)
+                children.tap.wait()
+                children.target.wait()
+        session.finish()  # the last target-confirmed state; raises if the lease was lost
+        log.info(
+            "run finished",
+            state_id=session.state_id,
+            messages=progress.counter.lines,
+            states_confirmed=progress.confirmed,
+            tap_exit=tap_code,
+            target_exit=target_code,
+        )
+    if children.received:
+        return 128 + children.received
+    if target_code != 0 or target_closed:
+        log.error(f"the target failed (exit {target_code}); stored the last state it confirmed")
+        return ExitCode.TARGET_FAILED
+    if tap_code != 0:
+        log.error(f"the tap failed (exit {tap_code}); stored the last state the target confirmed")
+        return ExitCode.TAP_FAILED
+    return ExitCode.OK

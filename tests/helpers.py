@@ -1,0 +1,73 @@
+"""Running the real ``mapper-state`` command in tests, and reading what it stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+MAPPER = str(Path(sys.executable).parent / "mapper-state")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without any mapper-state or Meltano settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MAPPER_STATE_", "MELTANO_", "AWS_", "AZURE_", "GOOGLE_"))
+    }
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    *args: str,
+    input: bytes = b"",
+    cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [MAPPER, *args],
+        input=input,
+        capture_output=True,
+        cwd=cwd,
+        env=clean_env() if env is None else env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def spawn_cli(
+    *args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None, **kw: Any
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [MAPPER, *args],
+        stdin=kw.pop("stdin", subprocess.PIPE),
+        stdout=kw.pop("stdout", subprocess.PIPE),
+        stderr=kw.pop("stderr", subprocess.PIPE),
+        cwd=cwd,
+        env=clean_env() if env is None else env,
+        **kw,
+    )
+
+
+def stored_document(root: Path, state_id: str) -> dict[str, Any] | None:
+    path = root / state_id / "state.json"
+    return json.loads(path.read_bytes()) if path.exists() else None
+
+
+def stored_state(root: Path, state_id: str) -> Any:
+    doc = stored_document(root, state_id)
+    return None if doc is None else doc["completed"]["singer_state"]
+
+
+def state_line(value: Any) -> bytes:
+    return json.dumps({"type": "STATE", "value": value}).encode() + b"\n"
+
+
+def record_line(i: int, stream: str = "s") -> bytes:
+    return json.dumps({"type": "RECORD", "stream": stream, "record": {"id": i}}).encode() + b"\n"

@@ -1,0 +1,158 @@
+"""Settings and user errors: one line naming the problem, before anything is read or written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import clean_env, run_cli, state_line, stored_state
+
+
+def assert_one_line_error(result, code: int, *needles: str) -> None:  # type: ignore[no-untyped-def]
+    err = result.stderr.decode()
+    assert result.returncode == code, err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.mark.parametrize(
+    ("state_id", "needle"),
+    [
+        ("../escape", "'..'"),
+        ("a/../../b", "'..'"),
+        ("/abs", "start or end with '/'"),
+        ("a//b", "empty"),
+        ("bad\x01id", "control character"),
+        ("x" * 600, "longer than"),
+        ("", "state_id is required"),
+    ],
+)
+def test_bad_state_ids_are_refused_before_anything_is_written(
+    tmp_path: Path, state_id: str, needle: str
+) -> None:
+    result = run_cli("--state-id", state_id, cwd=tmp_path, input=state_line({"a": 1}))
+    assert_one_line_error(result, 2, needle)
+    assert result.stdout == b""
+    assert not (tmp_path / ".mapper-state").exists()
+
+
+def test_missing_state_id(tmp_path: Path) -> None:
+    result = run_cli(cwd=tmp_path, input=b"")
+    assert_one_line_error(result, 2, "state_id is required")
+
+
+def test_meltano_style_ids_are_valid(tmp_path: Path) -> None:
+    result = run_cli(
+        "--state-id", "dev:tap-a-to-target-b", cwd=tmp_path, input=state_line({"a": 1})
+    )
+    assert result.returncode == 0
+    assert stored_state(tmp_path / ".mapper-state", "dev:tap-a-to-target-b") == {"a": 1}
+
+
+def test_bad_setting_values_name_the_setting(tmp_path: Path) -> None:
+    result = run_cli(
+        "--state-id", "x", "--set", "state_backend.lock_timeout_seconds=soon", cwd=tmp_path
+    )
+    assert_one_line_error(result, 2, "state_backend.lock_timeout_seconds", "number")
+    env = clean_env(MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS="-1")
+    result = run_cli("--state-id", "x", cwd=tmp_path, env=env)
+    assert_one_line_error(
+        result, 2, "checkpoint_interval_seconds", "MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS"
+    )
+    result = run_cli("--state-id", "x", "--set", "no_such_setting=1", cwd=tmp_path)
+    assert_one_line_error(result, 2, "unknown setting no_such_setting")
+
+
+def test_unreadable_and_invalid_config_files(tmp_path: Path) -> None:
+    assert_one_line_error(
+        run_cli("--config", "missing.json", cwd=tmp_path), 2, "missing.json", "does not exist"
+    )
+    (tmp_path / "bad.json").write_text("{nope")
+    assert_one_line_error(run_cli("--config", "bad.json", cwd=tmp_path), 2, "not valid JSON")
+    (tmp_path / "list.json").write_text("[1]")
+    assert_one_line_error(run_cli("--config", "list.json", cwd=tmp_path), 2, "JSON object")
+    (tmp_path / "typo.json").write_text('{"state_backend": {"urii": "file:///x"}}')
+    assert_one_line_error(run_cli("--config", "typo.json", cwd=tmp_path), 2, "state_backend.urii")
+    assert not (tmp_path / ".mapper-state").exists()
+
+
+def test_unknown_uri_scheme(tmp_path: Path) -> None:
+    result = run_cli("--state-id", "x", "--state-backend-uri", "ftp://host/dir", cwd=tmp_path)
+    assert_one_line_error(result, 2, "unknown scheme ftp://")
+
+
+def test_precedence_flags_over_files_over_env_over_meltano(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps({"state_backend": {"uri": "file://from-file-a"}}))
+    (tmp_path / "b.json").write_text(
+        json.dumps({"state_backend.uri": "file://from-file-b", "state_id": "cfg"})
+    )
+    env = clean_env(
+        MAPPER_STATE_STATE_BACKEND__URI="file://from-env",
+        MELTANO_STATE_BACKEND_URI="file://from-meltano",
+    )
+    line = state_line({"a": 1})
+    run_cli("--state-id", "m", cwd=tmp_path, env=env, input=line)
+    assert stored_state(tmp_path / "from-env", "m") == {"a": 1}
+    run_cli("--config", "a.json", "--config", "b.json", cwd=tmp_path, env=env, input=line)
+    assert stored_state(tmp_path / "from-file-b", "cfg") == {"a": 1}
+    run_cli(
+        "--config",
+        "b.json",
+        "--state-backend-uri",
+        "file://from-flag",
+        cwd=tmp_path,
+        env=env,
+        input=line,
+    )
+    assert stored_state(tmp_path / "from-flag", "cfg") == {"a": 1}
+    meltano_only = clean_env(MELTANO_STATE_BACKEND_URI="file://from-meltano")
+    run_cli("--state-id", "m", cwd=tmp_path, env=meltano_only, input=line)
+    assert stored_state(tmp_path / "from-meltano", "m") == {"a": 1}
+
+
+def test_config_env_marker_and_env_settings(tmp_path: Path) -> None:
+    env = clean_env(MAPPER_STATE_STATE_ID="from-env", MAPPER_STATE_STATE_MERGE="true")
+    result = run_cli("--config", "ENV", cwd=tmp_path, env=env, input=state_line({"a": 1}))
+    assert result.returncode == 0, result.stderr
+    assert stored_state(tmp_path / ".mapper-state", "from-env") == {"a": 1}
+
+
+def test_secrets_never_appear(tmp_path: Path) -> None:
+    secret = "sUp3rS3cretValue/abc"
+    (tmp_path / "c.json").write_text(
+        json.dumps(
+            {
+                "state_id": "x",
+                "state_backend": {
+                    "uri": "ftp://user:hunter2pass@host/x",
+                    "s3": {"aws_access_key_id": "AKIAEXAMPLE", "aws_secret_access_key": secret},
+                },
+            }
+        )
+    )
+    result = run_cli("--config", "c.json", cwd=tmp_path)
+    assert result.returncode == 2
+    out = result.stdout + result.stderr
+    assert secret.encode() not in out and b"hunter2pass" not in out
+    about = run_cli("--about", "--format", "json", "--config", "c.json", cwd=tmp_path)
+    assert secret.encode() not in about.stdout + about.stderr
+
+
+def test_version_and_about(tmp_path: Path) -> None:
+    version = run_cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith(b"mapper-state ")
+    about = json.loads(run_cli("--about", "--format", "json").stdout)
+    assert about["name"] == "mapper-state"
+    props = about["settings"]["properties"]
+    assert props["state_backend"]["properties"]["uri"]["default"] == "file://.mapper-state"
+    assert props["state_backend"]["properties"]["s3"]["properties"]["aws_secret_access_key"][
+        "secret"
+    ]
+    markdown = run_cli("--about", "--format", "markdown").stdout.decode()
+    assert "state_backend.lock_timeout_seconds" in markdown
+    text = run_cli("--about").stdout.decode()
+    assert "MAPPER_STATE_STATE_BACKEND__URI" in text

@@ -1,0 +1,226 @@
+"""The filter through the real CLI: commits, Meltano layout, lease, policy flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    clean_env,
+    record_line,
+    run_cli,
+    spawn_cli,
+    state_line,
+    stored_document,
+    stored_state,
+)
+
+
+def store_of(tmp_path: Path) -> Path:
+    return tmp_path / ".mapper-state"
+
+
+def stream(*states: int, records_between: int = 3) -> bytes:
+    out = b'{"type":"SCHEMA","stream":"s","schema":{},"key_properties":[]}\n'
+    for n in states:
+        out += b"".join(record_line(i) for i in range(records_between))
+        out += state_line({"bookmarks": {"s": {"replication_key_value": n}}})
+    return out
+
+
+def test_newest_state_is_stored_in_meltano_layout(tmp_path: Path) -> None:
+    data = stream(1, 2, 3)
+    result = run_cli("--state-id", "dev:tap-a-to-target-b", cwd=tmp_path, input=data)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == data
+    doc = stored_document(store_of(tmp_path), "dev:tap-a-to-target-b")
+    assert doc == {
+        "completed": {"singer_state": {"bookmarks": {"s": {"replication_key_value": 3}}}},
+        "partial": {},
+    }
+    state_dir = store_of(tmp_path) / "dev:tap-a-to-target-b"
+    assert oct((state_dir / "state.json").stat().st_mode & 0o777) == "0o600"
+    assert not (state_dir / "mapper-state.lease.json").exists()  # released
+
+
+def test_no_state_in_a_run_keeps_the_prior_state(tmp_path: Path) -> None:
+    run_cli("--state-id", "p", cwd=tmp_path, input=stream(7))
+    before = (store_of(tmp_path) / "p" / "state.json").read_bytes()
+    result = run_cli("--state-id", "p", cwd=tmp_path, input=record_line(1))
+    assert result.returncode == 0
+    assert (store_of(tmp_path) / "p" / "state.json").read_bytes() == before
+
+
+def test_dry_run_writes_nothing(tmp_path: Path) -> None:
+    result = run_cli("--state-id", "d", "--dry-run", cwd=tmp_path, input=stream(1, 2))
+    assert result.returncode == 0
+    assert result.stdout == stream(1, 2)
+    assert stored_document(store_of(tmp_path), "d") is None
+
+
+def test_state_merge_deep_merges_over_the_prior_state(tmp_path: Path) -> None:
+    run_cli("--state-id", "m", cwd=tmp_path, input=state_line({"bookmarks": {"a": 1, "b": 1}}))
+    result = run_cli(
+        "--state-id", "m", "--state-merge", cwd=tmp_path, input=state_line({"bookmarks": {"b": 2}})
+    )
+    assert result.returncode == 0
+    assert stored_state(store_of(tmp_path), "m") == {"bookmarks": {"a": 1, "b": 2}}
+
+
+def test_after_target_stores_bare_states(tmp_path: Path) -> None:
+    data = b'{"bookmarks": {"s": 1}}\n\n{"bookmarks": {"s": 2}}\n'
+    result = run_cli("--state-id", "after", "--after-target", cwd=tmp_path, input=data)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == data
+    assert stored_state(store_of(tmp_path), "after") == {"bookmarks": {"s": 2}}
+
+
+def test_input_file(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_bytes(stream(5))
+    result = run_cli("--state-id", "i", "--input", "in.jsonl", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout == stream(5)
+    assert stored_state(store_of(tmp_path), "i") == {
+        "bookmarks": {"s": {"replication_key_value": 5}}
+    }
+
+
+def test_strict_makes_a_bad_state_fatal(tmp_path: Path) -> None:
+    data = state_line({"ok": 1}) + b'{"type": "STATE", "value": {oops}\n'
+    lenient = run_cli("--state-id", "s1", cwd=tmp_path, input=data)
+    assert lenient.returncode == 0
+    assert b"warning" in lenient.stderr
+    strict = run_cli("--state-id", "s2", "--strict", cwd=tmp_path, input=data)
+    assert strict.returncode == 6
+    assert b"--strict" in strict.stderr
+    assert b"Traceback" not in strict.stderr
+
+
+def test_state_file_regular_path_gets_prior_state(tmp_path: Path) -> None:
+    run_cli("--state-id", "h", cwd=tmp_path, input=stream(4))
+    result = run_cli("--state-id", "h", "--state-file", "prior.json", cwd=tmp_path, input=b"")
+    assert result.returncode == 0
+    prior = tmp_path / "prior.json"
+    assert json.loads(prior.read_bytes()) == {"bookmarks": {"s": {"replication_key_value": 4}}}
+    assert prior.stat().st_mode & 0o777 == 0o600
+    full = run_cli(
+        "--state-id", "h", "--state-file", "prior.json", "--full-refresh", cwd=tmp_path, input=b""
+    )
+    assert full.returncode == 0
+    assert json.loads(prior.read_bytes()) == {}
+
+
+def test_state_file_fifo_hands_the_prior_state_to_a_shell_pipeline(tmp_path: Path) -> None:
+    """tap --state fifo | mapper-state --state-file fifo | target, as a shell runs it."""
+    run_cli("--state-id", "fifo", cwd=tmp_path, input=stream(41))
+    os.mkfifo(tmp_path / "state.fifo")
+    # the "tap" echoes the state it received as a RECORD, then emits a new STATE
+    tap = (
+        "python3 -c 'import json,sys; s=json.load(open(sys.argv[1]));"
+        ' print(json.dumps({"type":"RECORD","stream":"s","record":{"got":s}}));'
+        ' print(json.dumps({"type":"STATE","value":{"n":42}}))\' state.fifo'
+    )
+    from tests.helpers import MAPPER
+
+    script = f"set -o pipefail; {tap} | {MAPPER} --state-id fifo --state-file state.fifo | cat"
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, env=clean_env(), timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    first = json.loads(result.stdout.splitlines()[0])
+    assert first["record"]["got"] == {"bookmarks": {"s": {"replication_key_value": 41}}}
+    assert stored_state(store_of(tmp_path), "fifo") == {"n": 42}
+
+
+def test_failure_before_handoff_does_not_hang_the_tap(tmp_path: Path) -> None:
+    """Lease busy: the FIFO is opened and closed empty, so the tap fails instead of hanging."""
+    holder = spawn_cli("--state-id", "busy", cwd=tmp_path)
+    _wait_for_lease(tmp_path, "busy")
+    os.mkfifo(tmp_path / "state.fifo")
+    from tests.helpers import MAPPER
+
+    tap = "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' state.fifo"
+    script = f"set -o pipefail; {tap} | {MAPPER} --state-id busy --state-file state.fifo | cat"
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, env=clean_env(), timeout=60
+    )
+    holder.communicate(b"")
+    assert result.returncode != 0
+    assert b"is busy" in result.stderr
+
+
+def _wait_for_lease(tmp_path: Path, state_id: str, timeout: float = 10) -> None:
+    lease = store_of(tmp_path) / state_id / "mapper-state.lease.json"
+    deadline = time.monotonic() + timeout
+    while not lease.exists():
+        assert time.monotonic() < deadline, "the holder never took the lease"
+        time.sleep(0.02)
+
+
+def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
+    proc = spawn_cli("--state-id", "live", "--checkpoint-interval-seconds", "0", cwd=tmp_path)
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(state_line({"n": 1}))
+    proc.stdin.flush()
+    proc.stdout.readline()
+    deadline = time.monotonic() + 10
+    while stored_state(store_of(tmp_path), "live") != {"n": 1}:
+        assert time.monotonic() < deadline, "no checkpoint while the stream was open"
+        time.sleep(0.05)
+    proc.stdin.write(state_line({"n": 2}))
+    proc.stdin.close()
+    assert proc.wait(10) == 0
+    assert stored_state(store_of(tmp_path), "live") == {"n": 2}
+
+
+def test_checkpoint_interval_throttles_writes(tmp_path: Path) -> None:
+    proc = spawn_cli("--state-id", "slow", "--checkpoint-interval-seconds", "30", cwd=tmp_path)
+    assert proc.stdin and proc.stdout
+    for n in range(1, 4):
+        proc.stdin.write(state_line({"n": n}))
+        proc.stdin.flush()
+        proc.stdout.readline()
+        time.sleep(0.3)
+    # the first state is written at once, the later ones wait for the interval
+    assert stored_state(store_of(tmp_path), "slow") == {"n": 1}
+    proc.stdin.close()
+    assert proc.wait(10) == 0
+    assert stored_state(store_of(tmp_path), "slow") == {"n": 3}  # the last one, at EOF
+
+
+def test_broken_downstream_pipe_stores_nothing_after_the_last_commit(tmp_path: Path) -> None:
+    proc = spawn_cli("--state-id", "bp", "--checkpoint-interval-seconds", "3600", cwd=tmp_path)
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(state_line({"n": 1}))
+    proc.stdin.flush()
+    proc.stdout.readline()
+    deadline = time.monotonic() + 10
+    while stored_state(store_of(tmp_path), "bp") != {"n": 1}:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.stdout.close()  # the target dies
+    try:
+        for n in range(2, 200):
+            proc.stdin.write(state_line({"n": n}) + b"x" * 65536 + b"\n")
+            proc.stdin.flush()
+    except BrokenPipeError:
+        pass
+    assert proc.wait(10) == 9
+    assert b"closed its input" in proc.stderr.read()  # type: ignore[union-attr]
+    assert stored_state(store_of(tmp_path), "bp") == {"n": 1}
+    assert not (store_of(tmp_path) / "bp" / "mapper-state.lease.json").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signals_release_the_lease(tmp_path: Path, sig: signal.Signals) -> None:
+    proc = spawn_cli("--state-id", "sig", cwd=tmp_path)
+    _wait_for_lease(tmp_path, "sig")
+    proc.send_signal(sig)
+    assert proc.wait(10) == 128 + sig
+    assert not (store_of(tmp_path) / "sig" / "mapper-state.lease.json").exists()

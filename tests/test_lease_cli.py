@@ -1,0 +1,131 @@
+"""The lease through real processes: one holder, waiting, crashes, long runs, races."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.helpers import clean_env, run_cli, spawn_cli, state_line, stored_state
+
+LEASE = "mapper-state.lease.json"
+
+
+def wait_for_lease(store: Path, state_id: str, timeout: float = 10) -> dict:
+    path = store / state_id / LEASE
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(path.read_bytes())
+        except (FileNotFoundError, ValueError):
+            assert time.monotonic() < deadline, "the holder never took the lease"
+            time.sleep(0.02)
+
+
+def test_second_run_fails_at_once_naming_the_holder(tmp_path: Path) -> None:
+    holder = spawn_cli("--state-id", "dev:tap-to-target", cwd=tmp_path)
+    record = wait_for_lease(tmp_path / ".mapper-state", "dev:tap-to-target")
+    started = time.monotonic()
+    second = run_cli("--state-id", "dev:tap-to-target", cwd=tmp_path, input=state_line({"x": 1}))
+    assert time.monotonic() - started < 5
+    assert second.returncode == 3
+    err = second.stderr.decode()
+    assert err.count("\n") == 1, err
+    assert f"pid {holder.pid}" in err
+    assert record["run_id"] in err and record["host"] in err
+    assert "since" in err and "expires" in err
+    assert second.stdout == b""  # nothing passed on without the lease
+    holder.communicate(b"")
+    assert holder.returncode == 0
+
+
+def test_waiting_for_a_busy_lease_then_proceeding(tmp_path: Path) -> None:
+    holder = spawn_cli("--state-id", "w", cwd=tmp_path)
+    wait_for_lease(tmp_path / ".mapper-state", "w")
+    waiter = spawn_cli(
+        "--state-id", "w", "--lock-wait-seconds", "30", "--lock-retry-seconds", "0.1", cwd=tmp_path
+    )
+    time.sleep(1)
+    assert waiter.poll() is None  # still waiting
+    holder.communicate(state_line({"by": "holder"}))
+    _out, err = waiter.communicate(state_line({"by": "waiter"}), timeout=30)
+    assert waiter.returncode == 0, err
+    assert stored_state(tmp_path / ".mapper-state", "w") == {"by": "waiter"}
+
+
+def test_a_killed_holder_blocks_only_until_its_lease_expires(tmp_path: Path) -> None:
+    ttl = "2"
+    holder = spawn_cli("--state-id", "k", "--lock-timeout-seconds", ttl, cwd=tmp_path)
+    wait_for_lease(tmp_path / ".mapper-state", "k")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    busy = run_cli("--state-id", "k", "--lock-timeout-seconds", ttl, cwd=tmp_path)
+    assert busy.returncode == 3
+    time.sleep(2 + 0.4 + 0.3)  # ttl + skew allowance (ttl/5) + margin
+    after = run_cli("--state-id", "k", cwd=tmp_path, input=state_line({"ok": True}))
+    assert after.returncode == 0, after.stderr
+    assert stored_state(tmp_path / ".mapper-state", "k") == {"ok": True}
+
+
+def test_a_run_longer_than_the_ttl_keeps_its_lease(tmp_path: Path) -> None:
+    holder = spawn_cli("--state-id", "long", "--lock-timeout-seconds", "1", cwd=tmp_path)
+    first = wait_for_lease(tmp_path / ".mapper-state", "long")
+    time.sleep(3)
+    busy = run_cli("--state-id", "long", cwd=tmp_path)
+    assert busy.returncode == 3
+    renewed = wait_for_lease(tmp_path / ".mapper-state", "long")
+    assert renewed["run_id"] == first["run_id"]
+    assert renewed["expires_at"] > first["expires_at"]
+    holder.communicate(state_line({"done": 1}))
+    assert holder.returncode == 0
+    assert stored_state(tmp_path / ".mapper-state", "long") == {"done": 1}
+
+
+def test_a_frozen_holder_that_lost_its_lease_is_fenced(tmp_path: Path) -> None:
+    """SIGSTOP past the TTL: another run takes over; the old holder must not write."""
+    store = tmp_path / ".mapper-state"
+    holder = spawn_cli("--state-id", "f", "--lock-timeout-seconds", "1", cwd=tmp_path)
+    wait_for_lease(store, "f")
+    holder.send_signal(signal.SIGSTOP)
+    time.sleep(1.6)
+    taker = spawn_cli("--state-id", "f", cwd=tmp_path)
+    wait_for_lease(store, "f")
+    time.sleep(0.3)
+    assert holder.stdin is not None
+    holder.send_signal(signal.SIGCONT)
+    _out, err = holder.communicate(state_line({"by": "stale holder"}), timeout=30)
+    assert holder.returncode == 4, err
+    assert b"lost the lease" in err
+    taker.communicate(state_line({"by": "taker"}))
+    assert taker.returncode == 0
+    assert stored_state(store, "f") == {"by": "taker"}
+
+
+RACER = """
+import subprocess, sys, time
+start = float(sys.argv[1])
+time.sleep(max(0, start - time.time()))
+p = subprocess.Popen([sys.argv[2], "--state-id", "race"], stdin=subprocess.PIPE,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+time.sleep(1.5)  # hold the stream (and so the lease) open while the others try
+p.communicate(b'{"type":"STATE","value":{"n":1}}\\n')
+sys.exit(p.returncode)
+"""
+
+
+def test_racing_processes_never_have_two_holders(tmp_path: Path) -> None:
+    """Six real processes start together, eight times over: exactly one gets the lease."""
+    from tests.helpers import MAPPER
+
+    env = clean_env()
+    for round_ in range(8):
+        start = time.time() + 0.5
+        procs = [
+            subprocess.Popen(["python3", "-c", RACER, str(start), MAPPER], cwd=tmp_path, env=env)
+            for _ in range(6)
+        ]
+        codes = sorted(p.wait(60) for p in procs)
+        assert codes == [0, 3, 3, 3, 3, 3], (round_, codes)
+    assert not (tmp_path / ".mapper-state" / "race" / LEASE).exists()
