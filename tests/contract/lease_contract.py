@@ -24,7 +24,7 @@ class LeaseContract:
         first = Lease(store, "dev:tap-a-to-target-b", ttl=30, run_id="run-one")
         first.acquire()
         second = Lease(second_client, "dev:tap-a-to-target-b", ttl=30)
-        with pytest.raises(LeaseBusy, match="held by run run-one on host .* \\(pid \\d+\\)"):
+        with pytest.raises(LeaseBusy, match=r"held by run run-one on host .* \(pid \d+\)"):
             second.acquire()
         first.release()
         second.acquire()
@@ -75,7 +75,12 @@ class LeaseContract:
             winners: list[Lease] = []
             barrier = threading.Barrier(4)
 
-            def contend(client: BlobStore, state_id: str = state_id) -> None:
+            def contend(
+                client: BlobStore,
+                state_id: str = state_id,
+                barrier: threading.Barrier = barrier,
+                winners: list[Lease] = winners,
+            ) -> None:
                 lease = Lease(client, state_id, ttl=30)
                 barrier.wait()
                 try:

@@ -121,7 +121,13 @@ class StoreContract:
             winners: list[int] = []
             barrier = threading.Barrier(4)
 
-            def attempt(i: int, client: BlobStore, key: str = key) -> None:
+            def attempt(
+                i: int,
+                client: BlobStore,
+                key: str = key,
+                barrier: threading.Barrier = barrier,
+                winners: list[int] = winners,
+            ) -> None:
                 barrier.wait()
                 try:
                     client.create(key, str(i).encode())
