@@ -1,0 +1,182 @@
+"""`mapper-state run` with small real tap and target processes (the PostgreSQL proof is in e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import clean_env, run_cli, spawn_cli, stored_state
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TAP = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
+
+
+def target(tmp_path: Path) -> str:
+    return f"{sys.executable} {FIXTURES / 'tiny_target.py'} {tmp_path / 'out.jsonl'}"
+
+
+def delivered(tmp_path: Path) -> list[int]:
+    path = tmp_path / "out.jsonl"
+    return (
+        [json.loads(line)["i"] for line in path.read_text().splitlines()] if path.exists() else []
+    )
+
+
+def run(tmp_path: Path, *extra: str, **env: str):  # type: ignore[no-untyped-def]
+    return run_cli(
+        "run",
+        "--state-id",
+        "job",
+        "--tap",
+        TAP,
+        "--target",
+        target(tmp_path),
+        *extra,
+        cwd=tmp_path,
+        env=clean_env(TINY_TAP_REPORT=str(tmp_path / "tap.json"), **env),
+    )
+
+
+def tap_report(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "tap.json").read_text())
+
+
+def test_incremental_runs_hand_the_tap_its_state(tmp_path: Path) -> None:
+    first = run(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert tap_report(tmp_path)["argv"] == []  # no prior state: no --state at all
+    assert first.stdout.splitlines() == [b'{"bookmarks": {"s": %d}}' % i for i in (1, 2, 3)]
+    assert stored_state(tmp_path / ".mapper-state", "job") == {"bookmarks": {"s": 3}}
+    second = run(tmp_path)
+    assert second.returncode == 0, second.stderr
+    report = tap_report(tmp_path)
+    assert report["state"] == {"bookmarks": {"s": 3}}
+    assert report["state_file_mode"] == "0o600"
+    assert not Path(report["argv"][1]).exists()  # the private state file is removed
+    assert delivered(tmp_path) == [1, 2, 3, 4, 5, 6]
+    assert stored_state(tmp_path / ".mapper-state", "job") == {"bookmarks": {"s": 6}}
+
+
+def test_full_refresh_starts_without_state(tmp_path: Path) -> None:
+    run(tmp_path)
+    assert run(tmp_path, "--full-refresh").returncode == 0
+    assert tap_report(tmp_path)["argv"] == []
+    assert delivered(tmp_path) == [1, 2, 3, 1, 2, 3]
+
+
+def test_container_style_configuration_from_the_environment(tmp_path: Path) -> None:
+    env = clean_env(
+        MAPPER_STATE_STATE_ID="env-job",
+        MAPPER_STATE_TAP=TAP,
+        MAPPER_STATE_TARGET=target(tmp_path),
+        MAPPER_STATE_STATE_BACKEND__URI=f"file://{tmp_path / 'bucket'}",
+    )
+    result = run_cli("run", cwd=tmp_path, env=env)  # ENTRYPOINT ["mapper-state", "run"]
+    assert result.returncode == 0, result.stderr
+    assert stored_state(tmp_path / "bucket", "env-job") == {"bookmarks": {"s": 3}}
+
+
+def test_tap_failure_still_commits_what_the_target_confirmed(tmp_path: Path) -> None:
+    result = run(tmp_path, TINY_TAP_FAIL="1")
+    assert result.returncode == 7
+    assert b"tiny-tap: failing on purpose" in result.stderr  # child stderr reaches ours
+    assert b"the tap failed" in result.stderr
+    assert stored_state(tmp_path / ".mapper-state", "job") == {"bookmarks": {"s": 3}}
+
+
+def test_target_failure_commits_nothing_past_its_last_confirmation(tmp_path: Path) -> None:
+    result = run(tmp_path, TINY_TAP_COUNT="5", TINY_TARGET_FAIL_AFTER="3")
+    assert result.returncode == 8
+    # records 1..3 written, states for 1 and 2 confirmed; 3's state never confirmed
+    assert delivered(tmp_path) == [1, 2, 3]
+    assert stored_state(tmp_path / ".mapper-state", "job") == {"bookmarks": {"s": 2}}
+    again = run(tmp_path)
+    assert again.returncode == 0
+    assert delivered(tmp_path)[3:] == [3, 4, 5]  # at-least-once: nothing lost
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_are_forwarded_and_the_confirmed_state_committed(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    proc = spawn_cli(
+        "run",
+        "--state-id",
+        "job",
+        "--tap",
+        TAP,
+        "--target",
+        target(tmp_path),
+        "--checkpoint-interval-seconds",
+        "3600",
+        cwd=tmp_path,
+        env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.05"),
+    )
+    deadline = time.monotonic() + 20
+    while len(delivered(tmp_path)) < 5:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    children = _children_of(proc.pid)
+    assert len(children) == 2
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    confirmed = json.loads(out.splitlines()[-1])
+    assert stored_state(tmp_path / ".mapper-state", "job") == confirmed
+    assert confirmed["bookmarks"]["s"] <= max(delivered(tmp_path))
+    for pid in children:  # no child left running
+        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+    assert not (tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json").exists()
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_busy_lease_fails_at_once_without_starting_the_tap(tmp_path: Path) -> None:
+    holder = spawn_cli("--state-id", "job", cwd=tmp_path)
+    lease = tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json"
+    deadline = time.monotonic() + 10
+    while not lease.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    result = run(tmp_path)
+    holder.communicate(b"")
+    assert result.returncode == 3
+    assert b"is busy" in result.stderr
+    assert not (tmp_path / "tap.json").exists()
+
+
+def test_missing_commands_and_unstartable_children(tmp_path: Path) -> None:
+    result = run_cli("run", "--state-id", "job", "--target", "cat", cwd=tmp_path)
+    assert result.returncode == 2
+    assert b"setting tap is required" in result.stderr
+    result = run_cli(
+        "run", "--state-id", "job", "--tap", "no-such-tap-x", "--target", "cat", cwd=tmp_path
+    )
+    assert result.returncode == 7
+    assert b"cannot start the tap no-such-tap-x" in result.stderr
+    assert b"Traceback" not in result.stderr
+    assert not (tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json").exists()
