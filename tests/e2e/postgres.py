@@ -1,0 +1,353 @@
+"""A throw-away PostgreSQL cluster for the end-to-end tests.
+
+Use it from a conftest or a test module::
+
+    from tests.e2e.postgres import postgres  # noqa: F401  (registers the fixture)
+
+    def test_something(postgres):
+        postgres.execute("CREATE TABLE t (id int PRIMARY KEY, updated_at timestamptz)")
+        config = postgres.tap_config()
+
+The session-scoped ``postgres`` fixture runs ``initdb`` in a fresh temporary directory,
+starts the server with ``pg_ctl`` on a free port of 127.0.0.1 (and a unix socket in the
+same directory), creates a database and stops the server with ``pg_ctl stop -m
+immediate`` at the end of the session. ``initdb`` refuses to run as root: as root the
+cluster is owned and run by the ``postgres`` system user, or by a system user created
+for the purpose when that one does not exist. Missing binaries fail the tests (they are
+never skipped): set ``PG_BINDIR`` to the directory holding ``initdb`` and ``pg_ctl`` if
+they are somewhere unusual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PG_MAJOR_PREFERRED = "15"
+SERVICE_USER_FALLBACK = "mapper-state-pg"
+
+
+class PostgresSetupError(RuntimeError):
+    """The throw-away cluster could not be set up."""
+
+
+@dataclass
+class PostgresServer:
+    """A running throw-away cluster, and helpers to talk to it."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    dbname: str
+    socket_dir: Path
+    data_dir: Path
+    bin_dir: Path
+    log_file: Path
+    os_user: str | None = field(default=None, repr=False)
+
+    # -- connection details ------------------------------------------------------------
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return f"postgresql://{self.user}:{self.password}@{self.host}:{self.port}/{self.dbname}"
+
+    def conninfo(self, dbname: str | None = None) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "dbname": dbname or self.dbname,
+        }
+
+    def tap_config(self, **overrides: Any) -> dict[str, Any]:
+        """A config for ``meltanolabs-tap-postgres`` reading this database's public schema."""
+        config: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "database": self.dbname,
+            "filter_schemas": ["public"],
+        }
+        config.update(overrides)
+        return config
+
+    # -- SQL helpers -------------------------------------------------------------------
+
+    def connect(self, dbname: str | None = None):  # -> psycopg.Connection
+        import psycopg
+
+        return psycopg.connect(**self.conninfo(dbname), autocommit=True, connect_timeout=10)
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
+        """Run one statement (or several, without params) in autocommit mode."""
+        with self.connect() as conn:
+            conn.execute(sql, params)
+
+    def query(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run a query and return all its rows."""
+        with self.connect() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def psql(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run SQL; return the rows of the last statement if it returned any, else []."""
+        with self.connect() as conn:
+            cur = conn.execute(sql, params)
+            while cur.nextset():
+                pass
+            return cur.fetchall() if cur.description is not None else []
+
+    def create_database(self, name: str) -> None:
+        from psycopg import sql as pgsql
+
+        with self.connect("postgres") as conn:
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+
+
+# -- locating binaries -----------------------------------------------------------------
+
+
+def find_bin_dir() -> Path:
+    """The directory holding ``initdb`` and ``pg_ctl`` (PostgreSQL 15 preferred)."""
+    candidates: list[Path] = []
+    env = os.environ.get("PG_BINDIR")
+    if env:
+        candidates.append(Path(env))
+    versioned = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: (Path(p).parent.name != PG_MAJOR_PREFERRED, -_major(Path(p).parent.name)),
+    )
+    candidates.extend(Path(p) for p in versioned)
+    candidates.extend(Path(p) for p in sorted(glob.glob("/usr/pgsql-*/bin")))
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(Path(on_path).parent)
+    for cand in candidates:
+        if (cand / "initdb").is_file() and (cand / "pg_ctl").is_file():
+            return cand
+    raise PostgresSetupError(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found: looked in "
+        + (", ".join(str(c) for c in candidates) or "/usr/lib/postgresql/*/bin and PATH")
+        + ". Install PostgreSQL 15 (Debian: apt-get install postgresql-15) "
+        "or set PG_BINDIR to the directory holding initdb and pg_ctl."
+    )
+
+
+def _major(name: str) -> int:
+    try:
+        return int(name.split(".")[0])
+    except ValueError:
+        return 0
+
+
+# -- running as an unprivileged user ---------------------------------------------------
+
+
+def _service_user() -> str | None:
+    """The OS user that runs the cluster: None when we are not root (run as ourselves)."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", SERVICE_USER_FALLBACK):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return name
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    proc = subprocess.run(
+        [
+            useradd,
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            SERVICE_USER_FALLBACK,
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        with contextlib.suppress(KeyError):  # created concurrently (xdist worker)
+            pwd.getpwnam(SERVICE_USER_FALLBACK)
+            return SERVICE_USER_FALLBACK
+        raise PostgresSetupError(
+            "running as root, and initdb refuses root; no 'postgres' user exists and "
+            f"creating '{SERVICE_USER_FALLBACK}' with useradd failed: {proc.stderr.strip()}"
+        )
+    return SERVICE_USER_FALLBACK
+
+
+def _run(cmd: list[str], os_user: str | None, cwd: Path, timeout: float = 60) -> str:
+    env = dict(os.environ)
+    env.pop("PGDATA", None)
+    env["LC_ALL"] = "C.UTF-8" if os.path.exists("/usr/lib/locale/C.utf8") else "C"
+    kwargs: dict[str, Any] = {}
+    if os_user is not None:
+        entry = pwd.getpwnam(os_user)
+        kwargs.update(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
+        env.update(HOME=str(cwd), USER=os_user, LOGNAME=os_user)
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+    if proc.returncode != 0:
+        raise PostgresSetupError(
+            f"{Path(cmd[0]).name} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
+            f"{proc.stdout}{proc.stderr}"
+        )
+    return proc.stdout
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tmp_base(os_user: str | None) -> str | None:
+    """A temp parent the service user can traverse (pytest's own tmp dirs are 0700)."""
+    base = tempfile.gettempdir()
+    if os_user is not None and not (os.stat(base).st_mode & 0o001):
+        return "/tmp"
+    return base
+
+
+# -- the cluster -----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running_postgres(dbname: str = "e2e") -> Iterator[PostgresServer]:
+    """Start a throw-away cluster, yield it, stop it and delete its files."""
+    bin_dir = find_bin_dir()
+    os_user = _service_user()
+    root = Path(tempfile.mkdtemp(prefix="mapper-state-pg-", dir=_tmp_base(os_user)))
+    data_dir, socket_dir, log_file = root / "data", root / "sock", root / "server.log"
+    socket_dir.mkdir()
+    password = "pw-" + secrets.token_hex(8)
+    pwfile = root / "pwfile"
+    pwfile.write_text(password + "\n")
+    if os_user is not None:
+        entry = pwd.getpwnam(os_user)
+        for p in (root, socket_dir, pwfile):
+            os.chown(p, entry.pw_uid, entry.pw_gid)
+    started = False
+    try:
+        _run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data_dir),
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "--no-instructions",
+            ],
+            os_user,
+            root,
+        )
+        pwfile.unlink()
+        last_error: Exception | None = None
+        for _attempt in range(3):  # the free port can be taken between probe and bind
+            port = _free_port()
+            opts = (
+                f"-h 127.0.0.1 -p {port} -k {socket_dir} -F "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+                "-c max_connections=50 -c shared_buffers=32MB"
+            )
+            try:
+                _run(
+                    [
+                        str(bin_dir / "pg_ctl"),
+                        "start",
+                        "-w",
+                        "-t",
+                        "60",
+                        "-D",
+                        str(data_dir),
+                        "-l",
+                        str(log_file),
+                        "-o",
+                        opts,
+                    ],
+                    os_user,
+                    root,
+                    timeout=90,
+                )
+                started = True
+                break
+            except PostgresSetupError as exc:
+                last_error = exc
+        if not started:
+            log = log_file.read_text(errors="replace") if log_file.exists() else ""
+            raise PostgresSetupError(f"{last_error}\nserver log:\n{log[-4000:]}")
+        server = PostgresServer(
+            host="127.0.0.1",
+            port=port,
+            user="postgres",
+            password=password,
+            dbname=dbname,
+            socket_dir=socket_dir,
+            data_dir=data_dir,
+            bin_dir=bin_dir,
+            log_file=log_file,
+            os_user=os_user,
+        )
+        server.create_database(dbname)
+        yield server
+    finally:
+        if started:
+            with contextlib.suppress(Exception):
+                _run(
+                    [str(bin_dir / "pg_ctl"), "stop", "-m", "immediate", "-w", "-D", str(data_dir)],
+                    os_user,
+                    root,
+                )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throw-away PostgreSQL cluster (127.0.0.1, a free port) with an empty database."""
+    try:
+        cm = running_postgres()
+        server = cm.__enter__()
+    except (PostgresSetupError, OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"cannot start the throw-away PostgreSQL cluster: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        cm.__exit__(None, None, None)

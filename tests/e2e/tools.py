@@ -1,0 +1,95 @@
+"""Locate the real Singer tools installed by ``scripts/install-tools.sh``.
+
+Each tool lives in its own virtualenv under ``<repo>/.tools/<name>/`` because its pins
+clash with the project's. These helpers return absolute paths and fail the test (never
+skip it) with the command to run when a tool is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS_DIR = Path(os.environ.get("MAPPER_STATE_TOOLS_DIR", REPO_ROOT / ".tools"))
+INSTALL_HINT = "run `scripts/install-tools.sh` from the repository root"
+
+# venv name under .tools/ -> executables it provides
+TOOLS: dict[str, tuple[str, ...]] = {
+    "meltano": ("meltano",),
+    "tap-postgres": ("tap-postgres",),
+    "target-jsonl": ("target-jsonl",),
+    "target-csv": ("target-csv",),
+}
+
+
+class ToolMissing(RuntimeError):
+    pass
+
+
+def tool_path(venv: str, exe: str | None = None) -> Path:
+    """``.tools/<venv>/bin/<exe>`` (``exe`` defaults to ``venv``); raises ToolMissing."""
+    exe = exe or venv
+    path = TOOLS_DIR / venv / "bin" / exe
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise ToolMissing(f"{path} not found: {INSTALL_HINT}")
+    return path
+
+
+def require_tool(venv: str, exe: str | None = None) -> Path:
+    """Like :func:`tool_path`, but fails the current test with a clear message."""
+    try:
+        return tool_path(venv, exe)
+    except ToolMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def meltano() -> Path:
+    return require_tool("meltano")
+
+
+def tap_postgres() -> Path:
+    return require_tool("tap-postgres")
+
+
+def target_jsonl() -> Path:
+    return require_tool("target-jsonl")
+
+
+def target_csv() -> Path:
+    return require_tool("target-csv")
+
+
+def project_bin(exe: str) -> Path:
+    """An executable of the project's own virtualenv (e.g. ``mapper-state``, ``tap-sample``)."""
+    path = Path(sys.executable).parent / exe
+    if path.is_file():
+        return path
+    found = shutil.which(exe)
+    if found:
+        return Path(found)
+    pytest.fail(
+        f"{exe} not found next to {sys.executable} nor on PATH: install the project "
+        "(uv pip install -e '.[dev]') and, for tap-sample, `uv pip install -e examples/tap-sample`",
+        pytrace=False,
+    )
+
+
+def mapper_state() -> Path:
+    return project_bin("mapper-state")
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """An environment for running a tool: ours, minus variables that would leak in."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MELTANO_", "MAPPER_STATE_", "TAP_", "TARGET_"))
+        and k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    }
+    env.update(extra)
+    return env
