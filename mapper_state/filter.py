@@ -55,13 +55,13 @@ def run_filter(
                 writer = handoff.hand_off(state_file, session.handoff_value)
             scanner = LineScanner(session.offer, _on_bad(bool(settings["strict"])), after_target)
             stats = pump(src, sys.stdout.fileno(), scanner, check=session.check)
-            wrote = session.finish()
+            session.finish()
             log.info(
                 "done",
                 state_id=session.state_id,
                 bytes=stats.bytes,
                 states=stats.states,
-                committed="yes" if wrote else "no",
+                commits=session.commits,
             )
             return ExitCode.OK
         except DownstreamClosed:

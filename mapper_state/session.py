@@ -105,6 +105,10 @@ class Session:
         self._merge_base = value
         self.committed = value
 
+    @property
+    def commits(self) -> int:
+        return self.checkpointer.commits if self.checkpointer else 0
+
     def finish(self) -> bool:
         """Write the last state now and keep a history snapshot of it."""
         assert self.checkpointer is not None
