@@ -79,6 +79,40 @@ def timed_pipeline(
     return elapsed, usage.ru_maxrss
 
 
+LAST_BYTE = """
+import os, sys, time
+expected, remaining = int(sys.argv[1]), int(sys.argv[1])
+while remaining > 0:
+    chunk = os.read(0, 1 << 20)
+    if not chunk:
+        break
+    remaining -= len(chunk)
+print(time.time())
+while os.read(0, 1 << 20):
+    pass
+"""
+
+
+def time_to_last_byte(src: Path, middle: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """Seconds until the downstream reader has every byte (excludes the final commit)."""
+    started = time.time()
+    with src.open("rb") as stdin:
+        mid = subprocess.Popen(
+            middle, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, env=env
+        )
+        assert mid.stdout is not None
+        out = subprocess.run(
+            [sys.executable, "-c", LAST_BYTE, str(src.stat().st_size)],
+            stdin=mid.stdout,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        mid.stdout.close()
+        mid.wait()
+    return float(out.stdout) - started
+
+
 def best(src: Path, middle: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
     runs = [timed_pipeline(src, middle, cwd, env) for _ in range(REPEATS)]
     return min(r[0] for r in runs), max(r[1] for r in runs)
@@ -94,10 +128,12 @@ def startup(env: dict[str, str]) -> tuple[float, list[str]]:
         "import sys; sys.argv=['mapper-state','--version']\n"
         "from mapper_state.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(','.join(m for m in ('boto3','botocore','azure','google','singer_sdk') if m in sys.modules))"
+        "print('loaded:' + ','.join(m for m in ('boto3', 'botocore', 'azure', 'google',"
+        " 'singer_sdk') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
-    loaded = [m for m in out.stdout.strip().splitlines()[-1].split(",") if m]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("loaded:"))
+    loaded = [m for m in line.removeprefix("loaded:").split(",") if m]
     return min(times), loaded
 
 
@@ -138,9 +174,33 @@ def main() -> None:
             return (mb[large] - mb[small]) / dt
 
         cat_rate = slope_rate("cat")
-        for name in ("cat", "mapper-state", "mapper-state, 500 ms store"):
+        for name in ("cat", "mapper-state"):
             rate = slope_rate(name)
             rows.append((f"throughput: {name}", f"{rate:,.0f} MB/s", f"{rate / cat_rate:.2f}x cat"))
+        fast = [
+            MAPPER,
+            "--state-id",
+            "bench",
+            "--checkpoint-interval-seconds",
+            "0",
+            "--state-backend-uri",
+            "memory://bench",
+        ]
+        slow = [*fast[:-1], "memory://bench?latency_ms=500"]
+        streaming = {}
+        for name, cmd in (("fast store", fast), ("500 ms store", slow)):
+            times = {
+                n: min(time_to_last_byte(files[n], cmd, work, env) for _ in range(REPEATS))
+                for n in SIZES
+            }
+            streaming[name] = (mb[large] - mb[small]) / (times[large] - times[small])
+        rows.append(
+            (
+                "throughput with a store taking 500 ms per request (checkpoint every state)",
+                f"{streaming['500 ms store']:,.0f} MB/s",
+                f"{streaming['500 ms store'] / streaming['fast store']:.2f}x the same with an instant store",
+            )
+        )
         rss = results[("mapper-state", large)][1] / 1024
         rows.append(("peak RSS, mapper-state, 5M lines", f"{rss:.1f} MB", "goal < 60 MB"))
         seconds, loaded = startup(env)

@@ -58,8 +58,8 @@ class LineCounter:
     def __init__(self) -> None:
         self.lines = 0
 
-    def feed(self, chunk: bytes) -> None:
-        self.lines += chunk.count(b"\n")
+    def feed(self, chunk: bytes | bytearray, end: int | None = None) -> None:
+        self.lines += chunk.count(b"\n", 0, len(chunk) if end is None else end)
 
     def finish(self) -> None:
         pass

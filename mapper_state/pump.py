@@ -85,10 +85,12 @@ class LineScanner:
         self.states = 0
         self.line_no = 0
 
-    def feed(self, chunk: bytes) -> None:
-        first_nl = chunk.find(b"\n")
+    def feed(self, chunk: bytes | bytearray, end: int | None = None) -> None:
+        """Scan ``chunk[:end]``; the buffer may be reused by the caller afterwards."""
+        end = len(chunk) if end is None else end
+        first_nl = chunk.find(b"\n", 0, end)
         if first_nl < 0:
-            self._extend_carry(chunk)
+            self._extend_carry(chunk[:end])
             return
         # the line in progress ends in this chunk
         if self.discarding:
@@ -99,15 +101,16 @@ class LineScanner:
             self.carry.clear()
         else:
             self._line(chunk[:first_nl])
-        last_nl = chunk.rfind(b"\n")
+        last_nl = chunk.rfind(b"\n", 0, end)
         if self.after_target:
-            for line in chunk[first_nl + 1 : last_nl].split(b"\n") if last_nl > first_nl else ():
-                self._line(line)
+            if last_nl > first_nl:
+                for line in chunk[first_nl + 1 : last_nl].split(b"\n"):
+                    self._line(line)
         else:
             self._scan_complete_lines(chunk, first_nl + 1, last_nl)
-        self._extend_carry(chunk[last_nl + 1 :])
+        self._extend_carry(chunk[last_nl + 1 : end])
 
-    def _scan_complete_lines(self, chunk: bytes, start: int, end: int) -> None:
+    def _scan_complete_lines(self, chunk: bytes | bytearray, start: int, end: int) -> None:
         pos = chunk.find(TOKEN, start, end)
         while pos >= 0:
             line_start = chunk.rfind(b"\n", start, pos) + 1 or start
@@ -115,7 +118,7 @@ class LineScanner:
             self._line(chunk[line_start:line_end])
             pos = chunk.find(TOKEN, line_end, end)
 
-    def _extend_carry(self, piece: bytes) -> None:
+    def _extend_carry(self, piece: bytes | bytearray) -> None:
         if self.discarding or not piece:
             return
         self.carry += piece
@@ -134,13 +137,13 @@ class LineScanner:
         self.carry.clear()
         self.discarding = False
 
-    def _line(self, line: bytes) -> None:
+    def _line(self, line: bytes | bytearray) -> None:
         if self.after_target:
             self._bare_state(line)
         elif TOKEN in line:
             self._message(line)
 
-    def _message(self, line: bytes) -> None:
+    def _message(self, line: bytes | bytearray) -> None:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -155,7 +158,7 @@ class LineScanner:
         self.states += 1
         self.on_state(message["value"])
 
-    def _bare_state(self, line: bytes) -> None:
+    def _bare_state(self, line: bytes | bytearray) -> None:
         if not line.strip():
             return
         try:
@@ -181,15 +184,18 @@ def pump(
     enlarge_pipe(src_fd)
     enlarge_pipe(dst_fd)
     stats = PumpStats()
-    read, feed = os.read, scanner.feed
+    buffer = bytearray(CHUNK)  # reused: no allocation or page faults per chunk
+    view = memoryview(buffer)
+    source = open(src_fd, "rb", buffering=0, closefd=False)  # noqa: SIM115
+    readinto, feed = source.readinto, scanner.feed
     while True:
-        chunk = read(src_fd, CHUNK)
-        if not chunk:
+        n = readinto(buffer)
+        if not n:
             break
-        write_all(dst_fd, chunk)
-        stats.bytes += len(chunk)
+        write_all(dst_fd, view[:n])
+        stats.bytes += n
         stats.chunks += 1
-        feed(chunk)
+        feed(buffer, n)
         if check is not None:
             check()
     scanner.finish()
