@@ -1,0 +1,238 @@
+"""``doctor``: prove that the configured store can hold a lease safely, end to end.
+
+Locking rests on three store promises: create-if-absent, compare-and-swap on a
+version, and (less critically) delete-if-version. Some S3-compatible stores accept
+the conditional headers and silently ignore them; on such a store two runs can both
+hold the lease, so this must be found out and said plainly, before the first run.
+All probing happens on one scratch object under a reserved name
+(``.mapper-state-doctor/<random>.probe``): it cannot be a state ID's object, never
+shows in ``state list``, and is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from mapper_state.errors import ExitCode
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
+
+Status = Literal["ok", "warning", "unsafe", "failed", "skipped"]
+SCRATCH_DIR = ".mapper-state-doctor"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    store: str
+    checks: list[Check] = field(default_factory=list)
+
+    def add(self, name: str, status: Status, detail: str = "") -> None:
+        self.checks.append(Check(name, status, detail))
+
+    def status_of(self, name: str) -> Status | None:
+        return next((c.status for c in self.checks if c.name == name), None)
+
+    @property
+    def verdict(self) -> Literal["safe", "warning", "unsafe", "failed"]:
+        statuses = {c.status for c in self.checks}
+        if "unsafe" in statuses:
+            return "unsafe"
+        if "failed" in statuses:
+            return "failed"
+        return "warning" if "warning" in statuses else "safe"
+
+    @property
+    def exit_code(self) -> int:
+        return {
+            "unsafe": ExitCode.UNSAFE_STORE,
+            "failed": ExitCode.STORE,
+        }.get(self.verdict, ExitCode.OK)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "verdict": self.verdict,
+            "exit_code": int(self.exit_code),
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+VERDICTS = {
+    "safe": "the store is safe for locking.",
+    "warning": "the store is safe for locking, with the warning above.",
+    "failed": "the store cannot be used as it is: fix the failures above.",
+    "unsafe": (
+        "UNSAFE FOR LOCKING: this store accepts conditional writes but ignores their "
+        "conditions, so two runs could both hold the lease and overwrite each other's "
+        "state. Do not use it with mapper-state; use a store that enforces conditional "
+        "writes (run `mapper-state doctor` against it to check)."
+    ),
+}
+
+_CONDITIONAL_CHECKS = ("create-if-absent", "compare-and-swap", "conditional delete")
+
+
+_ACCESS_CHECKS = ("reachable", "credentials accepted", "read", "write", "list", "delete")
+
+
+class _Probe:
+    """The scratch objects, and store calls on them whose failures become check results."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+        self.keys: list[str] = []
+        self.failures: dict[str, str] = {}
+
+    @staticmethod
+    def new_key() -> str:
+        return f"{SCRATCH_DIR}/{uuid.uuid4().hex}.probe"
+
+    def attempt(self, name: str, call: Callable[[], Any]) -> tuple[bool, Any]:
+        """Run ``call``; remember why ``name`` failed if it raises."""
+        try:
+            return True, call()
+        except StoreAccessDenied as exc:
+            self.failures.setdefault(name, f"permission denied: {exc.message}")
+        except StoreError as exc:
+            self.failures.setdefault(name, exc.message)
+        return False, None
+
+    def clean_up(self, report: Report) -> None:
+        """Remove every scratch object that a create may have left behind."""
+        for key in self.keys:
+            try:
+                self.store.delete(key)
+            except StoreError as exc:
+                report.add("clean-up", "warning", f"could not remove {key}: {exc.message}")
+
+
+def run_checks(store: BlobStore) -> Report:
+    """Probe ``store`` and report; never raises for a store failure."""
+    report = Report(store.display_uri)
+    probe = _Probe(store)
+    try:
+        _check_access(probe, report)
+        if report.status_of("write") == "ok":
+            _check_conditions(probe, report)
+    finally:
+        probe.clean_up(report)
+    for name in _CONDITIONAL_CHECKS:
+        if report.status_of(name) is None:
+            report.add(name, "skipped", "needs a store that is reachable and writable")
+    return report
+
+
+def _check_access(probe: _Probe, report: Report) -> None:
+    store, key, data = probe.store, probe.new_key(), b"mapper-state doctor probe\n"
+    try:
+        store.read(key)
+    except StoreAccessDenied as exc:
+        probe.failures["read"] = f"permission denied: {exc.message}"
+    except StoreError as exc:
+        report.add("reachable", "failed", exc.message)
+        for name in _ACCESS_CHECKS[1:]:
+            report.add(name, "skipped", "the store is unreachable")
+        return
+    wrote, version = probe.attempt("write", lambda: store.create(key, data))
+    if wrote or not probe.failures["write"].startswith("permission denied"):
+        probe.keys.append(key)
+    ok, blob = probe.attempt("read", lambda: store.read(key))
+    if ok and wrote and (blob is None or blob.data != data):
+        probe.failures.setdefault("read", "reading back the object gave different bytes")
+    ok, keys = probe.attempt("list", lambda: list(store.list(f"{SCRATCH_DIR}/")))
+    if ok and wrote and key not in keys:
+        probe.failures.setdefault("list", "a listing did not show the object just written")
+    if wrote:
+        ok, _ = probe.attempt("delete", lambda: store.delete(key, if_version=version))
+        if ok and store.read(key) is not None:
+            probe.failures.setdefault("delete", "the object was still there after a delete")
+    ops = ("read", "write", "list", "delete")
+    tried = [n for n in ops if wrote or n != "delete"]
+    refused = all(probe.failures.get(n, "").startswith("permission denied") for n in tried)
+    report.add("reachable", "ok")
+    report.add(
+        "credentials accepted",
+        "failed" if refused else "ok",
+        "every operation was refused" if refused else "",
+    )
+    for name in ops:
+        if name in probe.failures:
+            report.add(name, "failed", probe.failures[name])
+        elif name == "delete" and not wrote:
+            report.add(name, "skipped", "needs write permission")
+        else:
+            report.add(name, "ok")
+
+
+def _check_conditions(probe: _Probe, report: Report) -> None:
+    store, key = probe.store, probe.new_key()
+    probe.keys.append(key)
+    try:
+        first = store.create(key, b"one")
+        # 1. create-if-absent: how a lease is acquired
+        try:
+            store.create(key, b"two")
+            report.add(
+                "create-if-absent",
+                "unsafe",
+                "a create of an object that exists was accepted: two runs could both take "
+                "the lease",
+            )
+        except PreconditionFailed:
+            report.add("create-if-absent", "ok", "a create of an existing object was rejected")
+        blob = store.read(key)
+        current = blob.version if blob else first
+        # 2. compare-and-swap: renewals, takeovers and fenced state writes
+        try:
+            store.replace(key, b"three", if_version=current)
+        except PreconditionFailed:
+            report.add(
+                "compare-and-swap", "failed", "a replace with the current version was rejected"
+            )
+            return
+        try:
+            store.replace(key, b"four", if_version=current)
+            report.add(
+                "compare-and-swap",
+                "unsafe",
+                "a replace with a stale version was accepted: a run that lost its lease "
+                "could still overwrite the state",
+            )
+        except PreconditionFailed:
+            report.add("compare-and-swap", "ok", "a replace with a stale version was rejected")
+        # 3. delete-if-version: how a lease is released
+        try:
+            store.delete(key, if_version=current)
+            detail = "a delete with a stale version was accepted"
+            if report.verdict != "unsafe":
+                detail += (
+                    ". Locking stays safe (acquiring, renewing and state writes are still "
+                    "conditional), but a run that lost its lease may delete its successor's "
+                    "lease when it exits; the successor then stops at its next renewal "
+                    "instead of finishing"
+                )
+            report.add("conditional delete", "warning", detail)
+        except PreconditionFailed:
+            report.add("conditional delete", "ok", "a delete with a stale version was rejected")
+    except StoreError as exc:
+        report.add("conditional writes", "failed", exc.message)
+
+
+def render_text(report: Report) -> str:
+    width = max(len(c.name) for c in report.checks)
+    lines = [f"mapper-state doctor: {report.store}"]
+    for check in report.checks:
+        mark = {"ok": "ok", "skipped": "skipped"}.get(check.status, check.status.upper())
+        detail = f"  {check.detail}" if check.detail else ""
+        lines.append(f"  {mark:<8} {check.name:<{width}}{detail}".rstrip())
+    lines.append(f"verdict: {VERDICTS[report.verdict]}")
+    return "\n".join(lines)

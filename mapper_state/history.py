@@ -1,0 +1,264 @@
+"""Per-run snapshots of a state, so that a bad run (or a bad manual edit) is one command to undo.
+
+Each snapshot is one object beside ``state.json``:
+``<state_id>/history/<UTC yyyymmddThhmmss.ffffffZ>-<run_id>.json``. Names sort by
+time, and never end in ``state.json``, so Meltano (which finds state IDs by their
+``*/state.json`` keys) and ``state list`` never mistake one for a state. Only the
+newest ``keep`` snapshots are kept. A snapshot holds the Singer state together with
+who wrote it: ``{"state_id", "time", "run_id", "host", "command", "note", "singer_state"}``
+(``note`` says which operator command wrote it, empty for a pipeline run).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import orjson
+
+from mapper_state.lease import current_command
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+
+HISTORY_DIR = "history"
+_TIME_FORMAT = "%Y%m%dT%H%M%S.%fZ"
+_NAME = re.compile(r"^(?P<time>\d{8}T\d{6}\.\d{6}Z)-(?P<run_id>[A-Za-z0-9_.-]{1,64})$")
+UNRECORDED = "unrecorded"
+"""Run ID of a snapshot taken of a state that some writer left without history."""
+
+
+def history_prefix(state_id: str) -> str:
+    return f"{state_id}/{HISTORY_DIR}/"
+
+
+def snapshot_key(state_id: str, name: str) -> str:
+    return f"{history_prefix(state_id)}{name}.json"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One kept state: its name (the key's file name without ``.json``) and what it records."""
+
+    name: str
+    time: datetime
+    run_id: str
+    host: str
+    command: str
+    note: str
+    value: Any
+
+    @property
+    def written_by(self) -> str:
+        return self.note or "run"
+
+
+def _safe_run_id(run_id: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:64].strip(".")
+    return cleaned or "run"
+
+
+def snapshot_names(store: BlobStore, state_id: str) -> list[str]:
+    """The names of the state's snapshots, oldest first.
+
+    Only direct children of ``<state_id>/history/`` named like a snapshot count, so a
+    nested state ID such as ``<state_id>/history`` is never mistaken for history.
+    """
+    prefix = history_prefix(state_id)
+    names = []
+    for key in store.list(prefix):
+        rest = key[len(prefix) :]
+        if rest.endswith(".json") and _NAME.match(rest[: -len(".json")]):
+            names.append(rest[: -len(".json")])
+    return sorted(names)
+
+
+def read_snapshot(store: BlobStore, state_id: str, name: str) -> Snapshot | None:
+    """The snapshot called ``name``, or ``None`` when it is gone or unreadable."""
+    blob = store.read(snapshot_key(state_id, name))
+    if blob is None:
+        return None
+    try:
+        doc = orjson.loads(blob.data)
+        value = doc["singer_state"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    match = _NAME.match(name)
+    assert match is not None
+    return Snapshot(
+        name=name,
+        time=_parse_time(match.group("time")),
+        run_id=str(doc.get("run_id") or match.group("run_id")),
+        host=str(doc.get("host") or ""),
+        command=str(doc.get("command") or ""),
+        note=str(doc.get("note") or ""),
+        value=value,
+    )
+
+
+def list_snapshots(store: BlobStore, state_id: str) -> list[Snapshot]:
+    """Every readable snapshot of the state, oldest first."""
+    found = (read_snapshot(store, state_id, n) for n in snapshot_names(store, state_id))
+    return [s for s in found if s is not None]
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=timezone.utc)
+
+
+def _next_time(names: list[str]) -> datetime:
+    """Now, or just after the newest snapshot if clocks disagree, so names keep sorting by time."""
+    now = datetime.now(timezone.utc)
+    if names:
+        newest = _parse_time(names[-1].split("-", 1)[0])
+        if now <= newest:
+            now = newest + timedelta(microseconds=1)
+    return now
+
+
+def write_snapshot(
+    store: BlobStore,
+    state_id: str,
+    value: Any,
+    *,
+    run_id: str,
+    keep: int,
+    host: str,
+    command: str,
+    note: str = "",
+) -> str | None:
+    """Store ``value`` as the newest snapshot, prune to ``keep``; return its name."""
+    if keep <= 0:
+        return None
+    names = snapshot_names(store, state_id)
+    run_id = _safe_run_id(run_id)
+    for _ in range(5):
+        when = _next_time(names)
+        name = f"{when.strftime(_TIME_FORMAT)}-{run_id}"
+        doc = {
+            "state_id": state_id,
+            "time": when.isoformat().replace("+00:00", "Z"),
+            "run_id": run_id,
+            "host": host,
+            "command": command,
+            "note": note,
+            "singer_state": value,
+        }
+        try:
+            store.create(snapshot_key(state_id, name), orjson.dumps(doc))
+            break
+        except PreconditionFailed:  # the same name in the same microsecond: take the next one
+            names = sorted([*names, name])
+    else:
+        raise StoreError(f"could not record a history snapshot of {state_id}")
+    prune(store, state_id, keep, [*names, name])
+    return name
+
+
+def record(
+    store: BlobStore, state_id: str, value: Any, *, run_id: str, keep: int, note: str = ""
+) -> None:
+    """Keep ``value`` as the snapshot of run ``run_id``, after that run's final commit.
+
+    ``note`` names the operator command that wrote the state; runs leave it empty.
+    """
+    write_snapshot(
+        store,
+        state_id,
+        value,
+        run_id=run_id,
+        keep=keep,
+        host=socket.gethostname(),
+        command=current_command(),
+        note=note,
+    )
+
+
+def record_if_missing(store: BlobStore, state_id: str, value: Any, *, keep: int) -> None:
+    """Snapshot a state about to be overwritten if the newest snapshot does not hold it.
+
+    States written by Meltano, by a ``lock_only`` run or before history existed have
+    no snapshot; taking one before an operator command changes them keeps every
+    change undoable.
+    """
+    if value is None or keep <= 0:
+        return
+    names = snapshot_names(store, state_id)
+    newest = read_snapshot(store, state_id, names[-1]) if names else None
+    if newest is not None and newest.value == value:
+        return
+    write_snapshot(
+        store,
+        state_id,
+        value,
+        run_id=UNRECORDED,
+        keep=keep,
+        host="",
+        command=current_command(),
+        note="another writer",
+    )
+
+
+def prune(store: BlobStore, state_id: str, keep: int, names: list[str] | None = None) -> None:
+    """Delete all but the newest ``keep`` snapshots."""
+    names = sorted(snapshot_names(store, state_id) if names is None else names)
+    for name in names[: max(0, len(names) - keep)]:
+        store.delete(snapshot_key(state_id, name))
+
+
+def delete_all(store: BlobStore, state_id: str) -> int:
+    """Remove every snapshot of the state; return how many there were."""
+    names = snapshot_names(store, state_id)
+    for name in names:
+        store.delete(snapshot_key(state_id, name))
+    return len(names)
+
+
+def find(snapshots: list[Snapshot], ref: str) -> list[Snapshot]:
+    """The snapshot named ``ref``, else every snapshot whose name starts with ``ref``."""
+    ref = ref.removesuffix(".json")
+    exact = [s for s in snapshots if s.name == ref]
+    return exact or [s for s in snapshots if s.name.startswith(ref)]
+
+
+# -- what changed ------------------------------------------------------------------
+
+
+def _changed_paths(old: Any, new: Any, path: str, depth: int) -> tuple[list[str], ...]:
+    added: list[str] = []
+    removed: list[str] = []
+    changed: list[str] = []
+    if old == new:
+        return added, removed, changed
+    if not isinstance(old, dict) or not isinstance(new, dict) or depth == 0:
+        changed.append(path)
+        return added, removed, changed
+    for key in new:
+        child = f"{path}.{key}" if path else str(key)
+        if key not in old:
+            added.append(child)
+        elif old[key] != new[key]:
+            # go one level into containers of per-stream entries such as ``bookmarks``
+            a, r, c = _changed_paths(old[key], new[key], child, depth - 1)
+            added += a
+            removed += r
+            changed += c
+    removed += [f"{path}.{k}" if path else str(k) for k in old if k not in new]
+    return added, removed, changed
+
+
+def summarize_change(old: Any, new: Any, limit: int = 4) -> str:
+    """A short description of what changed from ``old`` to ``new``, e.g. which bookmarks."""
+    if old is None:
+        return "first snapshot"
+    if old == new:
+        return "no change"
+    added, removed, changed = _changed_paths(old, new, "", 2)
+    parts = []
+    for label, paths in (("changed", changed), ("added", added), ("removed", removed)):
+        if paths:
+            shown = ", ".join(paths[:limit])
+            more = f" (+{len(paths) - limit} more)" if len(paths) > limit else ""
+            parts.append(f"{label} {shown}{more}")
+    return "; ".join(parts) or "changed"

@@ -1,0 +1,166 @@
+"""`mapper-state lock status` and `lock break` through the real command, on a file store."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mapper_state import state
+from mapper_state.errors import LeaseLost
+from mapper_state.lease import LEASE_FILE, Lease
+from mapper_state.stores.file import FileStore
+
+MAPPER = str(Path(sys.executable).parent / "mapper-state")
+
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
+
+
+def mapper(store: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=ENV,
+        timeout=60,
+        check=False,
+    )
+
+
+def in_terminal(store: Path, *args: str, answer: bytes) -> subprocess.CompletedProcess[bytes]:
+    """Run with stdin on a terminal that types ``answer``, as a person at a prompt would."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV,
+        )
+        os.close(slave)
+        os.write(master, answer)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture
+def holder(tmp_path: Path):
+    lease = Lease(FileStore(tmp_path), "dev:tap-a-to-target-b", ttl=60, run_id="nightly-7")
+    lease.acquire()
+    yield lease
+    lease.release()
+
+
+def test_status_of_a_free_state_id(tmp_path: Path) -> None:
+    text = mapper(tmp_path, "lock", "status", "dev:tap-a-to-target-b")
+    assert text.returncode == 0
+    assert text.stdout == b"dev:tap-a-to-target-b: free (no lease)\n"
+    doc = json.loads(mapper(tmp_path, "lock", "status", "job", "--format", "json").stdout)
+    assert doc == {
+        "state_id": "job",
+        "status": "free",
+        "free": True,
+        "expired": False,
+        "holder": None,
+    }
+
+
+def test_status_names_the_holder(tmp_path: Path, holder: Lease) -> None:
+    text = mapper(tmp_path, "lock", "status", "dev:tap-a-to-target-b")
+    assert text.returncode == 0
+    out = text.stdout.decode()
+    assert out.startswith("dev:tap-a-to-target-b: held, expires in ")
+    for label, value in (
+        ("run id", "nightly-7"),
+        ("host", socket.gethostname()),
+        ("pid", str(os.getpid())),
+    ):
+        assert f"  {label:<9} {value}\n" in out
+    for label in ("acquired", "renewed", "expires"):
+        assert f"  {label:<9} 20" in out
+    doc = json.loads(
+        mapper(tmp_path, "lock", "status", "dev:tap-a-to-target-b", "--format", "json").stdout
+    )
+    assert doc["status"] == "held" and doc["free"] is False and doc["expired"] is False
+    assert doc["holder"]["run_id"] == "nightly-7"
+    assert doc["holder"]["pid"] == os.getpid()
+    assert doc["holder"]["host"] == socket.gethostname()
+    assert doc["holder"]["ttl_seconds"] == 60
+    assert doc["holder"]["expires_at"].endswith("Z")
+
+
+def test_status_of_an_expired_lease(tmp_path: Path) -> None:
+    crashed = Lease(FileStore(tmp_path), "job", ttl=0.5, run_id="crashed-run")
+    crashed.acquire()  # never renewed nor released, like a killed run
+    time.sleep(0.8)
+    text = mapper(tmp_path, "lock", "status", "job")
+    assert text.stdout.startswith(b"job: free: the lease expired ")
+    assert b"crashed-run" in text.stdout
+    doc = json.loads(mapper(tmp_path, "lock", "status", "job", "--format", "json").stdout)
+    assert doc["status"] == "expired" and doc["free"] is True and doc["expired"] is True
+
+
+def test_break_is_refused_without_confirmation(tmp_path: Path, holder: Lease) -> None:
+    result = mapper(tmp_path, "lock", "break", "dev:tap-a-to-target-b")
+    assert result.returncode == 2
+    assert b"--yes" in result.stderr and b"Traceback" not in result.stderr
+    assert (tmp_path / "dev:tap-a-to-target-b" / LEASE_FILE).exists()
+    holder.confirm()  # still ours
+
+    said_no = in_terminal(tmp_path, "lock", "break", "dev:tap-a-to-target-b", answer=b"n\n")
+    assert said_no.returncode == 2
+    assert b"nightly-7" in said_no.stderr and b"still being renewed" in said_no.stderr
+    holder.confirm()
+
+
+def test_break_fences_the_old_holder(tmp_path: Path, holder: Lease) -> None:
+    store = FileStore(tmp_path)
+    version = state.save(store, "dev:tap-a-to-target-b", {"bookmarks": {"n": 1}}, None)
+    result = mapper(tmp_path, "lock", "break", "dev:tap-a-to-target-b", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert b"nightly-7" in result.stderr
+    assert not (tmp_path / "dev:tap-a-to-target-b" / LEASE_FILE).exists()
+    status = mapper(tmp_path, "lock", "status", "dev:tap-a-to-target-b")
+    assert status.stdout.endswith(b"free (no lease)\n")
+
+    # the next run takes the lease; the old holder's next state write is refused
+    successor = Lease(FileStore(tmp_path), "dev:tap-a-to-target-b", ttl=60, run_id="next")
+    successor.acquire()
+    with pytest.raises(LeaseLost):
+        holder.confirm()
+    assert state.load(store, "dev:tap-a-to-target-b").version == version
+    successor.release()
+
+
+def test_break_after_confirming_at_a_terminal(tmp_path: Path, holder: Lease) -> None:
+    result = in_terminal(tmp_path, "lock", "break", "dev:tap-a-to-target-b", answer=b"y\n")
+    assert result.returncode == 0, result.stderr
+    assert b"Break the lease on dev:tap-a-to-target-b" in result.stderr
+    with pytest.raises(LeaseLost):
+        holder.confirm()
+
+
+def test_break_of_a_free_lease_has_nothing_to_do(tmp_path: Path) -> None:
+    result = mapper(tmp_path, "lock", "break", "job")
+    assert result.returncode == 0
+    assert b"nothing to break" in result.stderr
+
+
+def test_a_state_write_after_break_goes_through(tmp_path: Path, holder: Lease) -> None:
+    busy = mapper(tmp_path, "state", "set", "dev:tap-a-to-target-b", "{}")
+    assert busy.returncode == 3
+    assert mapper(tmp_path, "lock", "break", "dev:tap-a-to-target-b", "--yes").returncode == 0
+    done = mapper(tmp_path, "state", "set", "dev:tap-a-to-target-b", '{"b": 1}')
+    assert done.returncode == 0, done.stderr
+    assert state.load(FileStore(tmp_path), "dev:tap-a-to-target-b").value == {"b": 1}

@@ -1,0 +1,208 @@
+"""Per-run snapshots: `history.record`, `state history` and `state rollback`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from mapper_state import history, ops, state
+from mapper_state.stores.base import StoreAccessDenied, StoreError
+from mapper_state.stores.file import FileStore
+from mapper_state.stores.memory import MemoryStore
+
+MAPPER = str(Path(sys.executable).parent / "mapper-state")
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
+GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
+
+
+def mapper(store: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=ENV,
+        timeout=60,
+        check=False,
+    )
+
+
+def bookmarks(**streams: int) -> dict:
+    return {"bookmarks": {name: {"replication_key_value": v} for name, v in streams.items()}}
+
+
+# -- record --------------------------------------------------------------------------
+
+
+def test_record_keeps_the_newest_snapshots_beside_the_state() -> None:
+    store = MemoryStore()
+    for n in range(5):
+        history.record(store, "dev:tap-to-target", bookmarks(users=n), run_id=f"run-{n}", keep=3)
+    snaps = history.list_snapshots(store, "dev:tap-to-target")
+    assert [s.run_id for s in snaps] == ["run-2", "run-3", "run-4"]
+    assert [s.value for s in snaps] == [bookmarks(users=n) for n in (2, 3, 4)]
+    assert all(s.host == socket.gethostname() and s.note == "" for s in snaps)
+    keys = sorted(store.list())
+    assert keys == sorted(f"dev:tap-to-target/history/{s.name}.json" for s in snaps)
+    assert [k.split("/")[-1][:23] for k in keys] == sorted(
+        s.time.strftime("%Y%m%dT%H%M%S.%fZ") for s in snaps
+    )
+    assert not any(k.endswith("state.json") for k in keys)  # Meltano never sees them as states
+    assert ops.list_state_ids(store) == []
+
+
+def test_record_with_keep_zero_keeps_nothing() -> None:
+    store = MemoryStore()
+    history.record(store, "job", {"a": 1}, run_id="r", keep=0)
+    assert list(store.list()) == []
+
+
+def test_names_sort_by_time_even_when_the_clock_goes_back() -> None:
+    store = MemoryStore()
+    future = "29991231T235959.999990Z-other-host"
+    store.create(f"job/history/{future}.json", orjson.dumps({"singer_state": {"a": 1}}))
+    history.record(store, "job", {"a": 2}, run_id="late", keep=5)
+    names = history.snapshot_names(store, "job")
+    assert names[0] == future
+    assert names[1].endswith("-late") and names[1] > future
+    assert [s.value for s in history.list_snapshots(store, "job")] == [{"a": 1}, {"a": 2}]
+
+
+def test_run_ids_are_made_safe_for_keys() -> None:
+    store = MemoryStore()
+    history.record(store, "job", {}, run_id="../../etc/passwd x", keep=5)
+    [key] = store.list()
+    assert key.startswith("job/history/") and key.count("/") == 2
+    assert key.endswith("-_.._etc_passwd_x.json")
+
+
+def test_a_nested_state_id_named_history_is_not_history() -> None:
+    store = MemoryStore()
+    ops.set_state(store, "job/history", {"own": 1}, GUARD)
+    ops.set_state(store, "job", {"a": 1}, GUARD)
+    assert [s.value for s in history.list_snapshots(store, "job")] == [{"a": 1}]
+    assert ops.list_state_ids(store) == ["job", "job/history"]
+
+
+def test_summary_names_the_bookmarks_that_changed() -> None:
+    old = {**bookmarks(users=1, orders=1, gone=1), "currently_syncing": None}
+    new = {**bookmarks(users=2, orders=1, added=1), "currently_syncing": "users"}
+    assert history.summarize_change(old, new) == (
+        "changed bookmarks.users, currently_syncing; added bookmarks.added; removed bookmarks.gone"
+    )
+    assert history.summarize_change(None, new) == "first snapshot"
+    assert history.summarize_change(new, new) == "no change"
+    many = history.summarize_change(bookmarks(), bookmarks(a=1, b=1, c=1, d=1, e=1, f=1))
+    assert many == "added bookmarks.a, bookmarks.b, bookmarks.c, bookmarks.d (+2 more)"
+
+
+# -- through the command line --------------------------------------------------------
+
+
+def test_history_lists_runs_with_what_changed(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    ops.set_state(store, "job", bookmarks(users=1, orders=1), GUARD)
+    # a pipeline run: its final commit, then its snapshot
+    state.save(store, "job", bookmarks(users=2, orders=1), state.load(store, "job").version)
+    history.record(store, "job", bookmarks(users=2, orders=1), run_id="nightly-1", keep=20)
+    ops.merge_state(store, "job", bookmarks(orders=5), GUARD)
+
+    text = mapper(tmp_path, "state", "history", "job")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.decode().splitlines()
+    assert lines[0] == "job: 3 snapshots, newest first; * marks the current state"
+    assert lines[1].split() == ["SNAPSHOT", "TIME", "(UTC)", "RUN", "HOST", "BY", "CHANGES"]
+    newest, run, first = lines[2:]
+    assert newest.startswith("*") and newest.endswith("state merge  changed bookmarks.orders")
+    assert "nightly-1" in run and f" {socket.gethostname()} " in run
+    assert run.endswith("run          changed bookmarks.users")
+    assert first.endswith("state set    first snapshot")
+
+    doc = json.loads(mapper(tmp_path, "state", "history", "job", "--format", "json").stdout)
+    assert [d["run_id"] for d in doc][1] == "nightly-1"
+    assert [d["current"] for d in doc] == [True, False, False]
+    assert doc[1]["singer_state"] == bookmarks(users=2, orders=1)
+    assert doc[0]["changes"] == "changed bookmarks.orders"
+
+
+def test_rollback_restores_a_snapshot_and_is_itself_recorded(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    good = history.snapshot_names(store, "job")[-1]
+    ops.set_state(store, "job", bookmarks(users=999), GUARD)  # a bad run
+
+    result = mapper(tmp_path, "state", "rollback", "job", "--to", good[:-4])  # a unique prefix
+    assert result.returncode == 0, result.stderr
+    assert f"rolled job back to snapshot {good}".encode() in result.stderr
+    assert json.loads(mapper(tmp_path, "state", "get", "job").stdout) == bookmarks(users=1)
+    snaps = history.list_snapshots(store, "job")
+    assert len(snaps) == 3 and snaps[-1].note == f"state rollback to {good}"
+    assert snaps[-1].value == bookmarks(users=1)
+
+    again = mapper(tmp_path, "state", "rollback", "job", "--to", good)
+    assert again.returncode == 0 and b"already at snapshot" in again.stderr
+    assert len(history.snapshot_names(store, "job")) == 3
+
+
+def test_rollback_errors(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    ops.set_state(store, "job", {"a": 1}, GUARD)
+    ops.set_state(store, "job", {"a": 2}, GUARD)
+    before = (tmp_path / "job" / "state.json").read_bytes()
+    unknown = mapper(tmp_path, "state", "rollback", "job", "--to", "19990101")
+    assert unknown.returncode == 10 and b"no snapshot 19990101" in unknown.stderr
+    ambiguous = mapper(tmp_path, "state", "rollback", "job", "--to", "2")
+    assert ambiguous.returncode == 6 and b"ambiguous" in ambiguous.stderr
+    none = mapper(tmp_path, "state", "rollback", "other", "--to", "2")
+    assert none.returncode == 10 and b"no history" in none.stderr
+    assert (tmp_path / "job" / "state.json").read_bytes() == before
+
+
+def test_a_state_written_without_history_is_kept_before_it_is_changed(tmp_path: Path) -> None:
+    # e.g. written by Meltano, or by a lock_only run: no snapshot holds it yet
+    (tmp_path / "job").mkdir()
+    doc = {"completed": {"singer_state": bookmarks(users=1)}, "partial": {}}
+    (tmp_path / "job" / "state.json").write_text(json.dumps(doc))
+    assert mapper(tmp_path, "state", "set", "job", json.dumps(bookmarks(users=2))).returncode == 0
+    text = mapper(tmp_path, "state", "history", "job").stdout.decode()
+    assert "unrecorded" in text and "another writer" in text
+    oldest = history.snapshot_names(FileStore(tmp_path), "job")[0]
+    assert mapper(tmp_path, "state", "rollback", "job", "--to", oldest).returncode == 0
+    assert json.loads(mapper(tmp_path, "state", "get", "job").stdout) == bookmarks(users=1)
+
+
+def test_history_keep_setting(tmp_path: Path) -> None:
+    for n in range(4):
+        result = mapper(
+            tmp_path, "state", "set", "job", json.dumps({"n": n}), "--set", "history_keep=2"
+        )
+        assert result.returncode == 0, result.stderr
+    snaps = history.list_snapshots(FileStore(tmp_path), "job")
+    assert [s.value for s in snaps] == [{"n": 2}, {"n": 3}]
+
+
+class HistoryRefused(MemoryStore):
+    """A store whose credentials may write states but not history snapshots."""
+
+    def create(self, key: str, data: bytes) -> str:
+        if "/history/" in key:
+            raise StoreAccessDenied(f"403 on {key}")
+        return super().create(key, data)
+
+
+def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFixture) -> None:
+    store = HistoryRefused()
+    state.save(store, "job", {"a": 1}, None)  # no snapshot holds it yet
+    with pytest.raises(StoreError, match="nothing was changed"):
+        ops.set_state(store, "job", {"a": 2}, GUARD)
+    assert state.load(store, "job").value == {"a": 1}
+
+    ops.set_state(store, "new", {"b": 1}, GUARD)  # nothing to lose: written, with a warning
+    assert state.load(store, "new").value == {"b": 1}
+    assert "was written, but not its history snapshot" in capsys.readouterr().err
