@@ -438,7 +438,10 @@ def parse_import(data: bytes, *, state_id: str | None = None) -> list[ImportEntr
     entries = []
     first_line: dict[str, int] = {}
     for number, doc in docs:
-        entry = _entry(number, doc, state_id)
+        try:
+            entry = _entry(number, doc, state_id)
+        except BadInput as exc:
+            raise BadInput(f"{exc.message}; nothing imported") from None
         if entry.state_id in first_line:
             raise BadInput(
                 f"line {number}: state ID {entry.state_id} appears twice "
