@@ -1,0 +1,259 @@
+"""Azure Blob Storage through azure-storage-blob.
+
+``azure://container/prefix``. Create is an upload with ``If-None-Match: *``
+(``overwrite=False``), replace an upload with ``If-Match: <ETag>``, a versioned
+delete a delete with ``If-Match``. Azure gives every write a new ETag, even when
+the bytes are the same.
+
+Credentials: ``state_backend.azure.connection_string``, else
+``state_backend.azure.storage_account_url`` with ``DefaultAzureCredential``
+(environment, workload or managed identity, Azure CLI...), else the
+``AZURE_STORAGE_CONNECTION_STRING`` environment variable as Meltano does.
+The SDK's own retries are off: :func:`retrying` owns them, so a write whose
+response was lost is known to be ambiguous and checked.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.storage.blob import BlobServiceClient, ContainerClient
+
+from mapper_state.errors import ConfigError
+from mapper_state.stores.base import (
+    Blob,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+    join_key,
+)
+from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
+
+T = TypeVar("T")
+
+_SETTING = "state_backend.azure."
+_MISSING_CONTAINER = "ContainerNotFound"
+_CLIENT_ARGS: dict[str, Any] = {"retry_total": 0, "connection_timeout": 5, "read_timeout": 30}
+
+
+def _status(exc: BaseException) -> int:
+    return int(getattr(exc, "status_code", None) or 0)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ClientAuthenticationError):
+        return False
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+        return True  # connection refused or reset, timeouts
+    if isinstance(exc, HttpResponseError):
+        return _status(exc) >= 500 or _status(exc) in (408, 429)
+    return False
+
+
+class AzureBlobStore:
+    """Blobs under ``prefix`` in one container; keys are relative to the prefix."""
+
+    def __init__(
+        self,
+        container: ContainerClient,
+        prefix: str = "",
+        *,
+        retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        page_size: int | None = None,
+    ) -> None:
+        self.container = container
+        self.prefix = join_key(*prefix.split("/"))
+        self.retry_deadline_seconds = retry_deadline_seconds
+        self.page_size = page_size  # keys per list request; None: the service's default
+
+    @property
+    def display_uri(self) -> str:
+        return f"azure://{join_key(self.container.container_name, self.prefix)}"
+
+    def _key(self, key: str) -> str:
+        if not key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
+            raise StoreError(f"invalid key {key!r}")
+        return join_key(self.prefix, key)
+
+    def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
+        """Run one request with retries; turn a permanent failure into a store error."""
+        stats = stats or RetryStats()
+        where = f"{self.display_uri}/{key}" if key else self.display_uri
+        try:
+            return retrying(
+                fn,
+                is_transient=_is_transient,
+                what=f"{op} {where}",
+                stats=stats,
+                deadline_seconds=self.retry_deadline_seconds,
+            )
+        except ClientAuthenticationError as exc:
+            raise StoreAccessDenied(
+                f"Azure refused {op} of {where}: {type(exc).__name__}{_code(exc)} "
+                f"(check {_SETTING}connection_string or the Azure credential's role)"
+            ) from None
+        except ResourceNotFoundError as exc:
+            if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
+                raise self._missing_container() from None
+            raise StoreError(f"Azure {op} of {where} failed: not found{_code(exc)}") from None
+        except (ServiceRequestError, ServiceResponseError) as exc:
+            raise StoreError(
+                f"cannot reach Azure Blob Storage at {self.container.primary_hostname} for {op} "
+                f"of {where}: {type(exc).__name__}{stats.summary()}"
+            ) from None
+        except HttpResponseError as exc:
+            if _status(exc) == 403:
+                raise StoreAccessDenied(f"Azure refused {op} of {where}{_code(exc)}") from None
+            raise StoreError(
+                f"Azure {op} of {where} failed: HTTP {_status(exc)}{_code(exc)}{stats.summary()}"
+            ) from None
+        except AzureError as exc:
+            raise StoreError(f"Azure {op} of {where} failed: {type(exc).__name__}") from None
+
+    def _missing_container(self) -> StoreError:
+        name = self.container.container_name
+        return StoreError(f"Azure container {name!r} does not exist ({self.display_uri})")
+
+    def _write(self, op: str, key: str, data: bytes, **conditions: Any) -> str:
+        blob, stats = self.container.get_blob_client(self._key(key)), RetryStats()
+
+        def upload() -> str:
+            try:
+                return str(blob.upload_blob(data, **conditions)["etag"])
+            except (ResourceExistsError, ResourceModifiedError):
+                raise PreconditionFailed(f"{self.display_uri}/{key} changed or exists") from None
+            except ResourceNotFoundError as exc:
+                if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
+                    raise
+                raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+
+        try:
+            return self._call(op, key, upload, stats)
+        except PreconditionFailed:
+            # A retried upload may have landed before its response was lost.
+            current = self.read(key) if stats.retried else None
+            if current is not None and current.data == data:
+                return current.version
+            raise
+
+    # -- the interface -----------------------------------------------------------
+    def read(self, key: str) -> Blob | None:
+        blob = self.container.get_blob_client(self._key(key))
+
+        def download() -> Blob | None:
+            try:
+                downloader = blob.download_blob()
+                data = downloader.readall()
+            except ResourceNotFoundError as exc:
+                if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
+                    raise
+                return None
+            return Blob(data, str(downloader.properties.etag))
+
+        return self._call("read", key, download)
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._write("create", key, data, overwrite=False)
+
+    def replace(self, key: str, data: bytes, if_version: str) -> str:
+        return self._write(
+            "replace",
+            key,
+            data,
+            overwrite=True,
+            etag=if_version,
+            match_condition=MatchConditions.IfNotModified,
+        )
+
+    def delete(self, key: str, if_version: str | None = None) -> None:
+        blob = self.container.get_blob_client(self._key(key))
+        conditions: dict[str, Any] = {}
+        if if_version is not None:
+            conditions = {"etag": if_version, "match_condition": MatchConditions.IfNotModified}
+
+        def delete() -> None:
+            try:
+                blob.delete_blob(**conditions)
+            except ResourceModifiedError:
+                raise PreconditionFailed(f"{self.display_uri}/{key} changed") from None
+            except ResourceNotFoundError as exc:
+                if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
+                    raise
+                if if_version is not None:
+                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+
+        self._call("delete", key, delete)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        root = self.prefix + "/" if self.prefix else ""
+        token: str | None = None
+        while True:
+
+            def page(token: str | None = token) -> tuple[list[str], str | None]:
+                pages = self.container.list_blobs(
+                    name_starts_with=root + prefix, results_per_page=self.page_size
+                ).by_page(continuation_token=token)
+                names = [item.name for item in next(pages, [])]
+                return names, pages.continuation_token
+
+            names, token = self._call("list", prefix, page)
+            for name in names:
+                yield name[len(root) :]
+            if not token:
+                return
+
+
+def _code(exc: BaseException) -> str:
+    code = getattr(exc, "error_code", None)
+    return f" ({code})" if code else ""
+
+
+def _service_client(options: Mapping[str, Any]) -> BlobServiceClient:
+    connection_string = options.get("connection_string")
+    account_url = options.get("storage_account_url")
+    if not connection_string and not account_url:
+        connection_string = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    if connection_string:
+        try:
+            return BlobServiceClient.from_connection_string(str(connection_string), **_CLIENT_ARGS)
+        except ValueError:
+            raise ConfigError(
+                f"setting {_SETTING}connection_string is not a valid Azure Storage connection string"
+            ) from None
+    if not account_url:
+        raise ConfigError(
+            f"setting {_SETTING}connection_string or {_SETTING}storage_account_url is required "
+            "for azure:// URIs"
+        )
+    if not str(account_url).startswith("https://"):  # the SDK sends tokens over HTTPS only
+        raise ConfigError(f"setting {_SETTING}storage_account_url must start with https://")
+    try:
+        from azure.identity import DefaultAzureCredential  # heavy: only when it is used
+    except ImportError:
+        raise ConfigError(
+            f"setting {_SETTING}storage_account_url needs azure-identity "
+            "(pip install 'mapper-state[azure]')"
+        ) from None
+    return BlobServiceClient(str(account_url), credential=DefaultAzureCredential(), **_CLIENT_ARGS)
+
+
+def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> AzureBlobStore:
+    """``container/prefix`` with the ``state_backend.azure.*`` settings by short name."""
+    container, _, prefix = location.strip("/").partition("/")
+    if not container:
+        raise ConfigError("setting state_backend.uri needs a container: azure://container/prefix")
+    client = _service_client(options)
+    return AzureBlobStore(client.get_container_client(container), prefix, **kwargs)

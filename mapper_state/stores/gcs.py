@@ -1,0 +1,340 @@
+"""Google Cloud Storage through google-cloud-storage.
+
+``gs://bucket/prefix``. The version is the object's generation, which GCS changes
+on every write: create uploads with ``if_generation_match=0``, replace with
+``if_generation_match=<generation>``, a versioned delete deletes with
+``if_generation_match``.
+
+Credentials: ``state_backend.gcs.application_credentials_path`` or
+``state_backend.gcs.application_credentials_json``, else Application Default
+Credentials. Like the Google SDK, ``STORAGE_EMULATOR_HOST`` (read when the store
+is opened) points the store at an emulator with anonymous credentials.
+
+Emulators differ from GCS: fake-gcs-server enforces ``if_generation_match`` on
+single-request uploads (8 MiB or less; larger uploads are resumable) but ignores
+it on deletes; gcp-storage-emulator ignores every precondition, so locking on it
+is unsafe and ``doctor`` says so. The store always sends the preconditions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import requests
+from google.api_core import exceptions as api
+from google.auth import exceptions as auth
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.cloud import storage
+
+from mapper_state.errors import ConfigError
+from mapper_state.stores.base import (
+    Blob,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+    join_key,
+)
+from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
+
+T = TypeVar("T")
+
+_SETTING = "state_backend.gcs."
+_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
+_TIMEOUT = (5, 30)  # connect, read
+
+
+class _ReplacedWhileReading(Exception):
+    """The object changed between reading its generation and its bytes."""
+
+
+_TRANSIENT = (
+    _ReplacedWhileReading,
+    api.TooManyRequests,
+    api.ServerError,
+    api.RequestRangeNotSatisfiable,  # the object changed mid-download
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    auth.TransportError,
+    ConnectionError,
+)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, auth.RefreshError):
+        return bool(getattr(exc, "retryable", False))
+    return isinstance(exc, _TRANSIENT) and not isinstance(exc, requests.exceptions.SSLError)
+
+
+class GcsStore:
+    """Objects under ``prefix`` in one bucket; keys are relative to the prefix."""
+
+    #: Set by test fixtures for servers measured to ignore delete preconditions.
+    ignores_delete_preconditions = False
+
+    def __init__(
+        self,
+        client: storage.Client,
+        bucket: str,
+        prefix: str = "",
+        *,
+        retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        page_size: int | None = None,
+    ) -> None:
+        self.client = client
+        self.bucket = client.bucket(bucket)
+        self.prefix = join_key(*prefix.split("/"))
+        self.retry_deadline_seconds = retry_deadline_seconds
+        self.page_size = page_size  # keys per list request; None: the service's default
+        self._bucket_seen = False
+
+    @property
+    def display_uri(self) -> str:
+        return f"gs://{join_key(self.bucket.name, self.prefix)}"
+
+    def _blob(self, key: str) -> storage.Blob:
+        if not key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
+            raise StoreError(f"invalid key {key!r}")
+        return self.bucket.blob(join_key(self.prefix, key))
+
+    def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
+        """Run one request with retries; turn a permanent failure into a store error."""
+        stats = stats or RetryStats()
+        where = f"{self.display_uri}/{key}" if key else self.display_uri
+        try:
+            return retrying(
+                fn,
+                is_transient=_is_transient,
+                what=f"{op} {where}",
+                stats=stats,
+                deadline_seconds=self.retry_deadline_seconds,
+            )
+        except (
+            api.Unauthorized,
+            api.Forbidden,
+            auth.RefreshError,
+            auth.DefaultCredentialsError,
+        ) as exc:
+            raise StoreAccessDenied(
+                f"Google Cloud Storage refused {op} of {where}: {type(exc).__name__} (check "
+                f"{_SETTING}application_credentials_path or the account's role on the bucket)"
+            ) from None
+        except api.NotFound:
+            if not self._bucket_exists():
+                raise self._missing_bucket() from None
+            raise StoreError(f"Google Cloud Storage {op} of {where} failed: not found") from None
+        except api.GoogleAPICallError as exc:
+            raise StoreError(
+                f"Google Cloud Storage {op} of {where} failed: HTTP {exc.code}{stats.summary()}"
+            ) from None
+        except _TRANSIENT as exc:
+            raise StoreError(
+                f"cannot reach Google Cloud Storage at {self.client.api_endpoint} for {op} of "
+                f"{where}: {type(exc).__name__}{stats.summary()}"
+            ) from None
+
+    def _bucket_exists(self) -> bool:
+        """GCS answers 404 alike for a missing object and a missing bucket: ask once."""
+        if not self._bucket_seen:
+            self._bucket_seen = self._call(
+                "check bucket", "", lambda: self.bucket.exists(timeout=_TIMEOUT, retry=None)
+            )
+        return self._bucket_seen
+
+    def _missing_bucket(self) -> StoreError:
+        return StoreError(
+            f"Google Cloud Storage bucket {self.bucket.name!r} does not exist ({self.display_uri})"
+        )
+
+    def _upload(self, op: str, key: str, data: bytes, generation: int) -> str:
+        blob, stats = self._blob(key), RetryStats()
+
+        def upload() -> str:
+            try:
+                blob.upload_from_string(
+                    data,
+                    content_type="application/octet-stream",
+                    if_generation_match=generation,
+                    timeout=_TIMEOUT,
+                    retry=None,
+                )
+            except api.PreconditionFailed:
+                raise PreconditionFailed(f"{self.display_uri}/{key} changed or exists") from None
+            return str(blob.generation)
+
+        try:
+            return self._call(op, key, upload, stats)
+        except PreconditionFailed:
+            # A retried upload may have landed before its response was lost.
+            current = self.read(key) if stats.retried else None
+            if current is not None and current.data == data:
+                return current.version
+            raise
+
+    # -- the interface -----------------------------------------------------------
+    def read(self, key: str) -> Blob | None:
+        blob = self._blob(key)
+
+        def download() -> Blob | None:
+            try:
+                data = blob.download_as_bytes(timeout=_TIMEOUT, retry=None)
+                generation = blob.generation
+                if generation is None:
+                    # GCS sends x-goog-generation with the bytes; some emulators do not. Ask
+                    # for it, then fetch the bytes of exactly that generation.
+                    blob.reload(timeout=_TIMEOUT, retry=None)
+                    generation = blob.generation
+                    data = blob.download_as_bytes(
+                        if_generation_match=generation, timeout=_TIMEOUT, retry=None
+                    )
+            except api.NotFound:
+                if self._bucket_exists():
+                    return None
+                raise self._missing_bucket() from None
+            except api.PreconditionFailed:  # replaced between the two requests: read again
+                raise _ReplacedWhileReading from None
+            return Blob(data, str(generation))
+
+        return self._call("read", key, download)
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._upload("create", key, data, 0)
+
+    def replace(self, key: str, data: bytes, if_version: str) -> str:
+        try:
+            generation = int(if_version)
+        except ValueError:
+            raise PreconditionFailed(
+                f"{if_version!r} is not a generation of {self.display_uri}/{key}"
+            ) from None
+        return self._upload("replace", key, data, generation)
+
+    def delete(self, key: str, if_version: str | None = None) -> None:
+        blob = self._blob(key)
+        generation = None if if_version is None else int(if_version)
+
+        def delete() -> None:
+            try:
+                blob.delete(if_generation_match=generation, timeout=_TIMEOUT, retry=None)
+            except api.PreconditionFailed:
+                raise PreconditionFailed(f"{self.display_uri}/{key} changed") from None
+            except api.NotFound:
+                if not self._bucket_exists():
+                    raise self._missing_bucket() from None
+                if generation is not None:
+                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+
+        self._call("delete", key, delete)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        root = self.prefix + "/" if self.prefix else ""
+        token: str | None = None
+        while True:
+
+            def page(token: str | None = token) -> tuple[list[str], str | None]:
+                blobs = self.client.list_blobs(
+                    self.bucket,
+                    prefix=root + prefix,
+                    page_token=token,
+                    page_size=self.page_size,
+                    timeout=_TIMEOUT,
+                    retry=None,
+                )
+                names = [b.name for b in next(blobs.pages, [])]
+                return names, blobs.next_page_token
+
+            names, token = self._call("list", prefix, page)
+            for name in names:
+                yield name[len(root) :]
+            if not token:
+                return
+
+
+class _UnsupportedCredentials(Exception):
+    """A credentials JSON of a type this store does not load."""
+
+
+def _credentials(options: Mapping[str, Any]) -> tuple[Credentials | None, str | None]:
+    """Explicit credentials from the settings (and their project), or none for ADC."""
+    path = options.get("application_credentials_path")
+    text = options.get("application_credentials_json")
+    if path and text:
+        raise ConfigError(
+            f"settings {_SETTING}application_credentials_path and "
+            f"{_SETTING}application_credentials_json are both set: keep one"
+        )
+    if not path and not text:
+        return None, None
+    name = "application_credentials_path" if path else "application_credentials_json"
+    try:
+        if path:
+            with open(os.path.expanduser(str(path)), encoding="utf-8") as f:
+                text = f.read()
+        info = json.loads(str(text))
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+        return _from_info(info), info.get("project_id") or info.get("quota_project_id")
+    except OSError as exc:
+        raise ConfigError(
+            f"setting {_SETTING}{name}: cannot read {path} ({exc.strerror})"
+        ) from None
+    except _UnsupportedCredentials as exc:
+        raise ConfigError(
+            f"setting {_SETTING}{name} holds credentials of type {exc}: use service_account, "
+            "authorized_user or external_account ones, or Application Default Credentials"
+        ) from None
+    except (ValueError, KeyError, TypeError, auth.GoogleAuthError):
+        raise ConfigError(
+            f"setting {_SETTING}{name} does not hold usable Google credentials"
+        ) from None
+
+
+def _from_info(info: dict[str, Any]) -> Credentials:
+    """Load the credential types a user puts in a file, without loading arbitrary configurations."""
+    kind = info.get("type")
+    if kind == "service_account":
+        from google.oauth2 import service_account
+
+        return service_account.Credentials.from_service_account_info(info, scopes=_SCOPES)
+    if kind == "authorized_user":
+        from google.oauth2 import credentials
+
+        return credentials.Credentials.from_authorized_user_info(info, scopes=_SCOPES)
+    if kind == "external_account":  # workload identity federation (GitHub Actions, AWS...)
+        if info.get("subject_token_type") == "urn:ietf:params:aws:token-type:aws4_request":
+            from google.auth import aws as external
+        elif (info.get("credential_source") or {}).get("executable"):
+            from google.auth import pluggable as external  # type: ignore[no-redef]
+        else:
+            from google.auth import identity_pool as external  # type: ignore[no-redef]
+        return external.Credentials.from_info(info, scopes=_SCOPES)
+    raise _UnsupportedCredentials(str(kind))
+
+
+def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> GcsStore:
+    """``bucket/prefix`` with the ``state_backend.gcs.*`` settings by short name."""
+    bucket, _, prefix = location.strip("/").partition("/")
+    if not bucket:
+        raise ConfigError("setting state_backend.uri needs a bucket: gs://bucket/prefix")
+    credentials, project = _credentials(options)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator and "://" not in emulator:
+        emulator = "http://" + emulator  # "localhost:4443", as some tools write it
+    try:
+        if emulator:  # what the SDK does, but fixed now rather than read again later
+            client = storage.Client(
+                project=project or os.environ.get("GOOGLE_CLOUD_PROJECT") or "emulator",
+                credentials=credentials or AnonymousCredentials(),
+                client_options={"api_endpoint": emulator},
+            )
+        else:
+            client = storage.Client(project=project, credentials=credentials)
+    except auth.DefaultCredentialsError:
+        raise StoreAccessDenied(
+            f"no Google credentials for gs://{location}: set {_SETTING}application_credentials_path "
+            f"or {_SETTING}application_credentials_json, or configure Application Default Credentials"
+        ) from None
+    return GcsStore(client, bucket, prefix, **kwargs)

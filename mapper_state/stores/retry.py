@@ -1,0 +1,100 @@
+"""Bounded retries for the cloud stores' transient failures.
+
+A store call can fail for reasons that go away on their own: a 5xx, throttling,
+a reset connection, a timeout. The stores retry those here, with exponential
+backoff and full jitter (each pause is random between zero and the current
+ceiling, so many clients retrying at once spread out), and give up once a
+deadline has passed so a dead endpoint costs bounded time. Which failures are
+transient is the caller's decision: this module knows no SDK.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+DEFAULT_DEADLINE_SECONDS = 30.0
+
+
+class RetryStats:
+    """What :func:`retrying` did: attempts made and whether any of them failed transiently.
+
+    A conditional write that failed transiently may still have been applied by the
+    server (the response was lost), so a store checks ``retried`` before trusting a
+    later "precondition failed".
+    """
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.started = time.monotonic()
+
+    @property
+    def retried(self) -> bool:
+        return self.attempts > 1
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def summary(self) -> str:
+        """``"after 4 attempts in 7.1 s"``, for the message of the error that ended it."""
+        if self.attempts <= 1:
+            return ""
+        return f" after {self.attempts} attempts in {self.elapsed:.1f} s"
+
+
+def backoff_delay(
+    attempt: int, *, base: float, cap: float, rng: random.Random | None = None
+) -> float:
+    """Full jitter: uniform in ``[0, min(cap, base * 2**(attempt-1))]`` for attempt 1, 2, ..."""
+    ceiling = min(cap, base * (2 ** max(0, attempt - 1)))
+    return (rng or random).uniform(0, ceiling)
+
+
+def retrying(
+    fn: Callable[[], T],
+    *,
+    is_transient: Callable[[BaseException], bool],
+    what: str,
+    deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+    max_attempts: int = 10,
+    base_delay: float = 0.2,
+    max_delay: float = 5.0,
+    stats: RetryStats | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Call ``fn`` until it succeeds, fails permanently, or time or attempts run out.
+
+    The last exception propagates unchanged; the caller turns it into a store error
+    (``stats`` tells it how many attempts were made and for how long). ``what`` names
+    the operation (``"put s3://bucket/key"``) in the debug log of each retry.
+    No pause ever runs past the deadline.
+    """
+    stats = stats if stats is not None else RetryStats()
+    deadline = clock() + max(0.0, deadline_seconds)
+    while True:
+        stats.attempts += 1
+        try:
+            return fn()
+        except BaseException as exc:
+            if not isinstance(exc, Exception) or not is_transient(exc):
+                raise
+            remaining = deadline - clock()
+            if stats.attempts >= max_attempts or remaining <= 0:
+                raise
+            pause = min(remaining, backoff_delay(stats.attempts, base=base_delay, cap=max_delay))
+            log.debug(
+                "%s failed (%s), retry %d in %.2f s",
+                what,
+                type(exc).__name__,
+                stats.attempts,
+                pause,
+            )
+            sleep(pause)

@@ -1,0 +1,307 @@
+"""AWS S3 and S3-compatible stores (MinIO, R2, Ceph...) through boto3.
+
+``s3://bucket/prefix``. Every write uses S3's own conditional requests: create is
+``PutObject`` with ``If-None-Match: *``, replace is ``PutObject`` with ``If-Match:
+<ETag>``, a versioned delete is ``DeleteObject`` with ``If-Match``. Some
+S3-compatible stores accept these headers and ignore them; ``mapper-state doctor``
+detects that.
+
+Versions are ETags. For a plain upload S3's ETag is the MD5 of the content, so
+writing the very same bytes again keeps the same version: a compare-and-swap
+cannot tell "unchanged" from "rewritten with identical bytes" (A-B-A). The layers
+above make every lease write unique; a state rewritten with identical bytes is
+harmless because its content is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    CredentialRetrievalError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    SSLError,
+)
+
+from mapper_state.errors import ConfigError
+from mapper_state.stores.base import (
+    Blob,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+    join_key,
+)
+from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
+
+T = TypeVar("T")
+
+_SETTING = "state_backend.s3."
+_SSE_VALUES = ("AES256", "aws:kms", "aws:kms:dsse")
+_ABSENT_CODES = {"NoSuchKey", "404", "NotFound"}
+_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_DENIED_CODES = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "AllAccessDisabled",
+    "403",
+}
+_THROTTLE_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestLimitExceeded",
+}
+_REGION_CODES = {
+    "PermanentRedirect",
+    "AuthorizationHeaderMalformed",
+    "IllegalLocationConstraintException",
+}
+
+
+def _code_and_status(exc: ClientError) -> tuple[str, int]:
+    error = exc.response.get("Error", {})
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return str(error.get("Code") or status), status
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, SSLError):
+        return False  # a certificate problem does not go away by waiting
+    if isinstance(exc, (ConnectionError, HTTPClientError)):
+        return True
+    if isinstance(exc, ClientError):
+        code, status = _code_and_status(exc)
+        return status >= 500 or status == 429 or code in _THROTTLE_CODES
+    return False
+
+
+class S3Store:
+    """Objects under ``prefix`` in one bucket; keys are relative to the prefix."""
+
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        prefix: str = "",
+        *,
+        write_args: Mapping[str, str] | None = None,
+        endpoint: str | None = None,
+        retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        page_size: int | None = None,
+    ) -> None:
+        self.client = client
+        self.bucket = bucket
+        self.prefix = join_key(*prefix.split("/"))
+        self.write_args = dict(write_args or {})
+        self.endpoint = endpoint or "AWS S3"
+        self.retry_deadline_seconds = retry_deadline_seconds
+        self.page_size = page_size  # keys per list request; None: the service's default
+
+    @property
+    def display_uri(self) -> str:
+        return f"s3://{join_key(self.bucket, self.prefix)}"
+
+    def _key(self, key: str) -> str:
+        if not key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
+            raise StoreError(f"invalid key {key!r}")
+        return join_key(self.prefix, key)
+
+    def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
+        """Run one S3 request with retries; turn a permanent failure into a store error."""
+        stats = stats or RetryStats()
+        where = f"s3://{self.bucket}/{join_key(self.prefix, key)}"
+        try:
+            return retrying(
+                fn,
+                is_transient=_is_transient,
+                what=f"{op} {where}",
+                stats=stats,
+                deadline_seconds=self.retry_deadline_seconds,
+            )
+        except ClientError as exc:
+            raise self._client_error(exc, op, where) from None
+        except (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError) as exc:
+            raise StoreAccessDenied(
+                f"no usable AWS credentials for {self.display_uri} ({type(exc).__name__}): set "
+                f"{_SETTING}aws_access_key_id and {_SETTING}aws_secret_access_key, "
+                "or configure the standard AWS credential chain"
+            ) from None
+        except (ConnectionError, HTTPClientError) as exc:
+            raise StoreError(
+                f"cannot reach S3 at {self.endpoint} for {op} of {where}: "
+                f"{type(exc).__name__}{stats.summary()}"
+            ) from None
+        except BotoCoreError as exc:
+            raise StoreError(f"S3 {op} of {where} failed: {type(exc).__name__}") from None
+
+    def _client_error(self, exc: ClientError, op: str, where: str) -> StoreError:
+        code, status = _code_and_status(exc)
+        if code == "NoSuchBucket":
+            return StoreError(f"S3 bucket {self.bucket!r} does not exist ({self.display_uri})")
+        if code in _CONFLICT_CODES or status in (409, 412):
+            return PreconditionFailed(f"{where} changed or exists ({code})")
+        if code in _DENIED_CODES or status == 403:
+            return StoreAccessDenied(
+                f"S3 refused {op} of {where}: {code} (check the credentials and permissions)"
+            )
+        if code in _REGION_CODES or status == 301:
+            return StoreError(
+                f"S3 bucket {self.bucket!r} is in another region: set {_SETTING}region ({code})"
+            )
+        if code == "NotImplemented" or status == 501:
+            return StoreError(
+                f"this S3 endpoint does not support {op} with conditions ({code}) at {where}"
+            )
+        return StoreError(f"S3 {op} of {where} failed: {code} (HTTP {status})")
+
+    def _put(self, op: str, key: str, data: bytes, condition: dict[str, str]) -> str:
+        full, stats = self._key(key), RetryStats()
+        sdk_retried = False  # botocore retries too; its count comes back in the metadata
+
+        def put() -> str:
+            nonlocal sdk_retried
+            try:
+                response = self.client.put_object(
+                    Bucket=self.bucket, Key=full, Body=data, **condition, **self.write_args
+                )
+            except ClientError as exc:
+                sdk_retried |= bool(exc.response.get("ResponseMetadata", {}).get("RetryAttempts"))
+                if _code_and_status(exc)[0] in _ABSENT_CODES:  # If-Match on a deleted object
+                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                raise
+            sdk_retried |= bool(response.get("ResponseMetadata", {}).get("RetryAttempts"))
+            return str(response["ETag"])
+
+        try:
+            return self._call(op, key, put, stats)
+        except PreconditionFailed:
+            # A retried upload may have landed before its response was lost.
+            current = self.read(key) if stats.retried or sdk_retried else None
+            if current is not None and current.data == data:
+                return current.version
+            raise
+
+    # -- the interface -----------------------------------------------------------
+    def read(self, key: str) -> Blob | None:
+        full = self._key(key)
+
+        def get() -> Blob | None:
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=full)
+            except ClientError as exc:
+                code, status = _code_and_status(exc)
+                if code in _ABSENT_CODES or (status == 404 and code != "NoSuchBucket"):
+                    return None
+                raise
+            with response["Body"] as body:
+                return Blob(body.read(), str(response["ETag"]))
+
+        return self._call("read", key, get)
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._put("create", key, data, {"IfNoneMatch": "*"})
+
+    def replace(self, key: str, data: bytes, if_version: str) -> str:
+        return self._put("replace", key, data, {"IfMatch": if_version})
+
+    def delete(self, key: str, if_version: str | None = None) -> None:
+        full = self._key(key)
+        condition = {"IfMatch": if_version} if if_version is not None else {}
+
+        def delete() -> None:
+            try:
+                self.client.delete_object(Bucket=self.bucket, Key=full, **condition)
+            except ClientError as exc:
+                code, status = _code_and_status(exc)
+                absent = code in _ABSENT_CODES or (status == 404 and code != "NoSuchBucket")
+                if absent and if_version is None:
+                    return
+                if absent:
+                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                raise
+
+        self._call("delete", key, delete)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        root = self.prefix + "/" if self.prefix else ""
+        token: str | None = None
+        while True:
+            args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix}
+            if token:
+                args["ContinuationToken"] = token
+            if self.page_size:
+                args["MaxKeys"] = self.page_size
+            page = self._call("list", prefix, lambda args=args: self.client.list_objects_v2(**args))
+            for item in page.get("Contents", []):
+                yield item["Key"][len(root) :]
+            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+            if not token:
+                return
+
+
+def _credentials(options: Mapping[str, Any]) -> dict[str, str]:
+    """Explicit keys when given (both halves), else none: the standard AWS chain decides."""
+    names = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+    given = {name: str(options[name]) for name in names if options.get(name)}
+    for needed, needed_by in ((names[1], names[0]), (names[0], names[1]), (names[0], names[2])):
+        if needed_by in given and needed not in given:
+            raise ConfigError(f"setting {_SETTING}{needed} is missing (needed with {needed_by})")
+    return given
+
+
+def _write_args(options: Mapping[str, Any]) -> dict[str, str]:
+    sse = options.get("server_side_encryption")
+    kms_key = options.get("sse_kms_key_id")
+    if kms_key and not sse:
+        sse = "aws:kms"
+    if sse and sse not in _SSE_VALUES:
+        raise ConfigError(
+            f"setting {_SETTING}server_side_encryption must be one of {', '.join(_SSE_VALUES)}, not {sse!r}"
+        )
+    if kms_key and not str(sse).startswith("aws:kms"):
+        raise ConfigError(
+            f"setting {_SETTING}sse_kms_key_id needs server_side_encryption aws:kms, not {sse}"
+        )
+    args = {"ServerSideEncryption": str(sse)} if sse else {}
+    if kms_key:
+        args["SSEKMSKeyId"] = str(kms_key)
+    return args
+
+
+def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Store:
+    """``bucket/prefix`` with the ``state_backend.s3.*`` settings by short name."""
+    bucket, _, prefix = location.strip("/").partition("/")
+    if not bucket:
+        raise ConfigError("setting state_backend.uri needs a bucket: s3://bucket/prefix")
+    endpoint = options.get("endpoint_url") or None
+    if endpoint and not str(endpoint).startswith(("http://", "https://")):
+        raise ConfigError(f"setting {_SETTING}endpoint_url must start with http:// or https://")
+    checksums = "when_required" if endpoint else "when_supported"  # some S3-compatibles refuse them
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=5,
+        read_timeout=30,
+        user_agent_extra="mapper-state",
+        request_checksum_calculation=checksums,
+        response_checksum_validation=checksums,
+    )
+    session = boto3.session.Session(
+        region_name=options.get("region") or None, **_credentials(options)
+    )
+    client = session.client("s3", endpoint_url=endpoint, config=config)
+    return S3Store(
+        client, bucket, prefix, write_args=_write_args(options), endpoint=endpoint, **kwargs
+    )

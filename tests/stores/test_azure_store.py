@@ -1,0 +1,207 @@
+"""The Azure Blob store against Azurite: the contracts, plus what only Azure promises."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from azure.storage.blob import BlobServiceClient
+
+from mapper_state.errors import ConfigError
+from mapper_state.stores import open_store
+from mapper_state.stores.azure import from_uri
+from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
+from tests.contract.lease_contract import LeaseContract
+from tests.contract.store_contract import StoreContract
+from tests.servers import AZURITE_KEY, FlakyProxy, StoreLocation, free_port
+
+pytestmark = pytest.mark.cloud
+
+
+class TestAzureStore(StoreContract, LeaseContract):
+    @pytest.fixture
+    def store(self, azure_location: StoreLocation) -> BlobStore:
+        return azure_location.open()
+
+    @pytest.fixture
+    def second_client(self, azure_location: StoreLocation) -> BlobStore:
+        return azure_location.open()
+
+
+def connection_string(
+    location: StoreLocation, port: int | None = None, key: str = AZURITE_KEY
+) -> str:
+    text = location.options["connection_string"].replace(AZURITE_KEY, key)
+    return re.sub(r"127\.0\.0\.1:\d+", f"127.0.0.1:{port}", text) if port else text
+
+
+def container_blobs(location: StoreLocation) -> list[str]:
+    service = BlobServiceClient.from_connection_string(location.options["connection_string"])
+    return sorted(b.name for b in service.get_container_client(location.bucket).list_blobs())
+
+
+def test_prefix_is_joined_exactly_once(azure_location: StoreLocation) -> None:
+    c = azure_location.bucket
+    azure_location.open(f"azure://{c}/p").create("id/state.json", b"{}")
+    for uri in (f"azure://{c}/p/", f"azure://{c}//p/", f"az://{c}/p//"):
+        store = azure_location.open(uri)
+        assert store.display_uri == f"azure://{c}/p"
+        blob = store.read("id/state.json")
+        assert blob is not None and blob.data == b"{}"
+        assert list(store.list()) == ["id/state.json"]
+    at_root = azure_location.open(f"azure://{c}")
+    at_root.create("top", b"1")
+    assert at_root.display_uri == f"azure://{c}"
+    assert container_blobs(azure_location) == ["p/id/state.json", "top"]
+    assert sorted(at_root.list()) == ["p/id/state.json", "top"]
+
+
+def test_list_follows_pagination(azure_location: StoreLocation) -> None:
+    store = from_uri(azure_location.uri.split("://", 1)[1], azure_location.options, page_size=4)
+    keys = [f"id-{i:02d}/state.json" for i in range(11)]
+    for key in keys:
+        store.create(key, b"{}")
+    from_uri(f"{azure_location.bucket}/{azure_location.prefix}ful", azure_location.options).create(
+        "not-mine", b"{}"
+    )  # shares the prefix string, not the folder
+    assert sorted(store.list()) == keys
+    assert sorted(store.list("id-1")) == keys[10:]
+
+
+def test_missing_container_is_a_clear_error(azure_location: StoreLocation) -> None:
+    store = azure_location.open("azure://no-such-container/p")
+    for attempt in (
+        lambda: store.read("id/state.json"),
+        lambda: store.create("id/state.json", b"{}"),
+        lambda: store.delete("id/state.json"),
+        lambda: list(store.list()),
+    ):
+        with pytest.raises(
+            StoreError, match="Azure container 'no-such-container' does not exist"
+        ) as caught:
+            attempt()
+        assert type(caught.value) is StoreError
+
+
+def test_wrong_account_key_is_one_line_without_the_secret(azure_location: StoreLocation) -> None:
+    wrong_key = "d3Jvbmcta2V5LXZhbHVlLXRoYXQtaXMtbG9uZy1lbm91Z2gtdG8tbG9vay1yZWFs"
+    options = {"connection_string": connection_string(azure_location, key=wrong_key)}
+    with pytest.raises(StoreAccessDenied) as caught:
+        open_store(azure_location.uri, {"azure": options}).read("id/state.json")
+    message = caught.value.message
+    assert "Azure refused read" in message and "\n" not in message
+    assert wrong_key not in message and "AccountKey" not in message
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({}, "state_backend.azure.connection_string or state_backend.azure.storage_account_url"),
+        (
+            {"connection_string": "AccountKey=s3cr3t;nonsense"},
+            "state_backend.azure.connection_string",
+        ),
+        (
+            {"storage_account_url": "myaccount.blob.core.windows.net"},
+            "state_backend.azure.storage_account_url",
+        ),
+        (
+            {"storage_account_url": "http://myaccount.blob.core.windows.net"},
+            "state_backend.azure.storage_account_url",
+        ),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_setting(
+    options: dict[str, str], named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        open_store("azure://container/prefix", {"azure": options})
+    assert named in caught.value.message
+    assert "s3cr3t" not in caught.value.message
+
+
+def test_uri_without_container_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"state_backend\.uri"):
+        open_store("azure://", {"azure": {"connection_string": "x"}})
+
+
+def test_connection_string_from_the_environment_as_meltano_reads_it(
+    azure_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AZURE_STORAGE_CONNECTION_STRING", azure_location.options["connection_string"]
+    )
+    open_store(azure_location.uri, {"azure": {}}).create("id/state.json", b"{}")
+    assert container_blobs(azure_location) == [f"{azure_location.prefix}/id/state.json"]
+
+
+def test_unreachable_endpoint_fails_in_bounded_time(azure_location: StoreLocation) -> None:
+    options = {"connection_string": connection_string(azure_location, port=free_port())}
+    store = from_uri(f"{azure_location.bucket}/p", options, retry_deadline_seconds=1)
+    started = time.monotonic()
+    with pytest.raises(StoreError) as caught:
+        store.read("id/state.json")
+    assert time.monotonic() - started < 10
+    assert "cannot reach Azure Blob Storage at 127.0.0.1" in caught.value.message
+    assert "attempts" in caught.value.message and AZURITE_KEY not in caught.value.message
+
+
+def azurite_port(location: StoreLocation) -> int:
+    return int(re.search(r"127\.0\.0\.1:(\d+)", location.emulator.endpoint).group(1))  # type: ignore[union-attr]
+
+
+def test_connection_resets_are_retried(azure_location: StoreLocation) -> None:
+    azure_location.open().create("id/state.json", b"kept")
+    with FlakyProxy(azurite_port(azure_location), resets=3) as proxy:
+        options = {"connection_string": connection_string(azure_location, port=proxy.port)}
+        blob = open_store(azure_location.uri, {"azure": options}).read("id/state.json")
+    assert blob is not None and blob.data == b"kept"
+    assert proxy.accepted > 3
+
+
+def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
+    azure_location: StoreLocation,
+) -> None:
+    with FlakyProxy(azurite_port(azure_location), lost_responses=1) as proxy:
+        options = {"connection_string": connection_string(azure_location, port=proxy.port)}
+        store = open_store(azure_location.uri, {"azure": options})
+        version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 409 on the retry
+        blob = store.read("id/mapper-state.lease.json")
+    assert blob is not None and blob.data == b"mine" and blob.version == version
+    assert proxy.accepted >= 2
+
+
+def test_opening_other_stores_imports_no_azure_sdk() -> None:
+    code = (
+        "import sys, tempfile\n"
+        "from mapper_state.stores import open_store\n"
+        "open_store('file://' + tempfile.mkdtemp()).list()\n"
+        "assert not [m for m in sys.modules if m.startswith('azure')], 'SDK imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_account_url_without_an_azure_identity_is_access_denied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in (
+        "AZURE_CLIENT_ID",
+        "AZURE_TENANT_ID",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_FEDERATED_TOKEN_FILE",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(
+        "IDENTITY_ENDPOINT", f"http://127.0.0.1:{free_port()}"
+    )  # no managed identity
+    monkeypatch.setenv("IMDS_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    options = {"storage_account_url": f"https://127.0.0.1:{free_port()}/devstoreaccount1"}
+    started = time.monotonic()
+    with pytest.raises(StoreAccessDenied) as caught:
+        open_store("azure://container/p", {"azure": options}).read("id/state.json")
+    assert "Azure refused read" in caught.value.message and "\n" not in caught.value.message
+    assert time.monotonic() - started < 20

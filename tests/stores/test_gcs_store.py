@@ -1,0 +1,219 @@
+"""The GCS store against fake-gcs-server: the contracts, plus what only GCS promises.
+
+fake-gcs-server ignores preconditions on DELETE (measured below); the ``gcs_location``
+fixture marks its stores so the contracts skip those two checks. gcp-storage-emulator
+ignores every precondition: it is here to show the store is unsafe there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from mapper_state.errors import ConfigError
+from mapper_state.stores import open_store
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.gcs import from_uri
+from tests.contract.lease_contract import LeaseContract
+from tests.contract.store_contract import StoreContract
+from tests.servers import FlakyProxy, StoreLocation, free_port
+
+pytestmark = pytest.mark.cloud
+
+
+class TestGcsStore(StoreContract, LeaseContract):
+    @pytest.fixture
+    def store(self, gcs_location: StoreLocation) -> BlobStore:
+        return gcs_location.open()
+
+    @pytest.fixture
+    def second_client(self, gcs_location: StoreLocation) -> BlobStore:
+        return gcs_location.open()
+
+
+def bucket_objects(location: StoreLocation) -> list[str]:
+    client = storage.Client(
+        project="test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": location.emulator.endpoint},
+    )
+    return sorted(b.name for b in client.list_blobs(location.bucket))
+
+
+def test_prefix_is_joined_exactly_once(gcs_location: StoreLocation) -> None:
+    b = gcs_location.bucket
+    gcs_location.open(f"gs://{b}/p").create("id/state.json", b"{}")
+    for uri in (f"gs://{b}/p/", f"gs://{b}//p/", f"gcs://{b}/p//"):
+        store = gcs_location.open(uri)
+        assert store.display_uri == f"gs://{b}/p"
+        blob = store.read("id/state.json")
+        assert blob is not None and blob.data == b"{}"
+        assert list(store.list()) == ["id/state.json"]
+    at_root = gcs_location.open(f"gs://{b}")
+    at_root.create("top", b"1")
+    assert at_root.display_uri == f"gs://{b}"
+    assert bucket_objects(gcs_location) == ["p/id/state.json", "top"]
+    assert sorted(at_root.list()) == ["p/id/state.json", "top"]
+
+
+def test_list_follows_pagination(
+    gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_location.emulator.endpoint)
+    store = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {}, page_size=4)
+    keys = [f"id-{i:02d}/state.json" for i in range(11)]
+    for key in keys:
+        store.create(key, b"{}")
+    gcs_location.open(f"{gcs_location.uri}ful").create("not-mine", b"{}")  # shares the string
+    assert sorted(store.list()) == keys
+    assert sorted(store.list("id-1")) == keys[10:]
+
+
+def test_versions_are_generations(gcs_location: StoreLocation) -> None:
+    store = gcs_location.open()
+    v1 = store.create("id/state.json", b"1")
+    v2 = store.replace("id/state.json", b"1", if_version=v1)
+    assert v1.isdigit() and v2.isdigit() and int(v2) > int(v1)
+
+
+def test_missing_bucket_is_a_clear_error(gcs_location: StoreLocation) -> None:
+    store = gcs_location.open("gs://no-such-bucket/p")
+    for attempt in (
+        lambda: store.read("id/state.json"),
+        lambda: store.create("id/state.json", b"{}"),
+        lambda: store.delete("id/state.json"),
+        lambda: list(store.list()),
+    ):
+        with pytest.raises(StoreError, match="bucket 'no-such-bucket' does not exist") as caught:
+            attempt()
+        assert type(caught.value) is StoreError
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"application_credentials_json": "{not json s3cr3t"}, "application_credentials_json"),
+        (
+            {"application_credentials_json": '{"type": "nonsense", "k": "s3cr3t"}'},
+            "application_credentials_json",
+        ),
+        ({"application_credentials_path": "/nonexistent/key.json"}, "application_credentials_path"),
+        (
+            {"application_credentials_path": "/x.json", "application_credentials_json": "{}"},
+            "application_credentials_json",
+        ),
+    ],
+)
+def test_bad_credentials_settings_name_the_setting_not_the_secret(
+    options: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store("gs://bucket/prefix", {"gcs": options})
+    assert f"state_backend.gcs.{named}" in caught.value.message
+    assert "s3cr3t" not in caught.value.message and "\n" not in caught.value.message
+
+
+def test_credentials_file_is_read(tmp_path: Path, gcs_location: StoreLocation) -> None:
+    path = tmp_path / "key.json"
+    path.write_text(json.dumps({"type": "service_account", "private_key": "s3cr3t"}))
+    with pytest.raises(ConfigError) as caught:  # the file is read and found unusable
+        gcs_location.open(application_credentials_path=str(path))
+    assert "state_backend.gcs.application_credentials_path" in caught.value.message
+    assert "s3cr3t" not in caught.value.message
+
+
+def test_no_credentials_at_all_is_access_denied(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for var in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("GCE_METADATA_IP", f"127.0.0.1:{free_port()}")
+    with pytest.raises(
+        StoreAccessDenied, match=r"state_backend\.gcs\.application_credentials_path"
+    ):
+        open_store("gs://bucket/prefix", {"gcs": {}})
+
+
+def test_unreachable_endpoint_fails_in_bounded_time(
+    gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+    store = from_uri(f"{gcs_location.bucket}/p", {}, retry_deadline_seconds=1)
+    started = time.monotonic()
+    with pytest.raises(StoreError) as caught:
+        store.read("id/state.json")
+    assert time.monotonic() - started < 10
+    assert f"cannot reach Google Cloud Storage at {endpoint}" in caught.value.message
+    assert "attempts" in caught.value.message
+
+
+def port_of(location: StoreLocation) -> int:
+    return int(location.emulator.endpoint.rsplit(":", 1)[1])
+
+
+def test_connection_resets_are_retried(
+    gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gcs_location.open().create("id/state.json", b"kept")
+    with FlakyProxy(port_of(gcs_location), resets=3) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.port}")
+        blob = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {}).read("id/state.json")
+    assert blob is not None and blob.data == b"kept"
+    assert proxy.accepted > 3
+
+
+def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
+    gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FlakyProxy(port_of(gcs_location), lost_responses=1) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.port}")
+        store = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {})
+        version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 412 on the retry
+        blob = store.read("id/mapper-state.lease.json")
+    assert blob is not None and blob.data == b"mine" and blob.version == version
+    assert proxy.accepted >= 2
+
+
+def test_fake_gcs_server_ignores_delete_preconditions_only(gcs_location: StoreLocation) -> None:
+    """Measures what the fixture claims; if this fails, fake-gcs-server changed: update it."""
+    store = gcs_location.open()
+    v1 = store.create("k", b"1")
+    with pytest.raises(PreconditionFailed):
+        store.create("k", b"2")
+    store.replace("k", b"3", if_version=v1)
+    with pytest.raises(PreconditionFailed):
+        store.replace("k", b"4", if_version=v1)
+    store.delete("k", if_version=v1)  # stale: GCS would refuse it
+    assert store.read("k") is None
+
+
+def test_gcp_storage_emulator_ignores_every_precondition(
+    gcs_unsafe_location: StoreLocation,
+) -> None:
+    """The store sends the preconditions; this server accepts and ignores them."""
+    store = gcs_unsafe_location.open()
+    v1 = store.create("k", b"1")
+    store.create("k", b"2")  # GCS: 412
+    store.replace("k", b"3", if_version=v1)  # GCS: 412
+    blob = store.read("k")
+    assert blob is not None and blob.data == b"3" and blob.version != v1
+
+
+def test_opening_other_stores_imports_no_google_sdk() -> None:
+    code = (
+        "import sys, tempfile\n"
+        "from mapper_state.stores import open_store\n"
+        "open_store('file://' + tempfile.mkdtemp()).list()\n"
+        "assert not [m for m in sys.modules if m.startswith('google')], 'SDK imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
