@@ -18,6 +18,7 @@ from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
 STATE_FILE = "state.json"
 MAX_STATE_ID_LENGTH = 512
+RESERVED_PREFIX = ".mapper-state"  # doctor's scratch objects live under such names
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
@@ -36,6 +37,8 @@ def validate_state_id(state_id: str | None) -> str:
         raise InvalidStateId(f"state ID {shown} contains an empty, '.' or '..' path segment")
     if state_id != state_id.strip():
         raise InvalidStateId(f"state ID {shown} has leading or trailing spaces")
+    if state_id.startswith(RESERVED_PREFIX):
+        raise InvalidStateId(f"state IDs starting with {RESERVED_PREFIX} are reserved")
     return state_id
 
 

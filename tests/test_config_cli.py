@@ -29,6 +29,7 @@ def assert_one_line_error(result, code: int, *needles: str) -> None:  # type: ig
         ("bad\x01id", "control character"),
         ("x" * 600, "longer than"),
         ("", "state_id is required"),
+        (".mapper-state-doctor/x", "reserved"),
     ],
 )
 def test_bad_state_ids_are_refused_before_anything_is_written(
