@@ -13,7 +13,9 @@ is opened) points the store at an emulator with anonymous credentials.
 Emulators differ from GCS: fake-gcs-server enforces ``if_generation_match`` on
 single-request uploads (8 MiB or less; larger uploads are resumable) but ignores
 it on deletes; gcp-storage-emulator ignores every precondition, so locking on it
-is unsafe and ``doctor`` says so. The store always sends the preconditions.
+is unsafe and ``doctor`` says so. The store always sends the preconditions; the
+test fixtures set ``ignores_delete_preconditions`` on stores opened against those
+emulators, so the contract tests skip the delete check there only.
 """
 
 from __future__ import annotations
