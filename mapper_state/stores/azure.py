@@ -15,6 +15,7 @@ response was lost is known to be ambiguous and checked.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -247,6 +248,9 @@ def _service_client(options: Mapping[str, Any]) -> BlobServiceClient:
             f"setting {_SETTING}storage_account_url needs azure-identity "
             "(pip install 'mapper-state[azure]')"
         ) from None
+    # the credential chain logs a multi-line warning per identity it tries; our own
+    # one-line error says what failed
+    logging.getLogger("azure.identity").setLevel(logging.ERROR)
     return BlobServiceClient(str(account_url), credential=DefaultAzureCredential(), **_CLIENT_ARGS)
 
 
