@@ -110,7 +110,8 @@ def test_precedence_flags_over_files_over_env_over_meltano(tmp_path: Path) -> No
         input=line,
     )
     assert stored_state(tmp_path / "from-flag", "cfg") == {"a": 1}
-    meltano_only = clean_env(MELTANO_STATE_BACKEND_URI="file://from-meltano")
+    # Meltano reads only the path of a file:// URI, so its URIs are absolute
+    meltano_only = clean_env(MELTANO_STATE_BACKEND_URI=f"file://{tmp_path / 'from-meltano'}")
     run_cli("--state-id", "m", cwd=tmp_path, env=meltano_only, input=line)
     assert stored_state(tmp_path / "from-meltano", "m") == {"a": 1}
 
