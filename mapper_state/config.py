@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mapper_state import meltano as meltano_env
 from mapper_state.errors import ConfigError
 
 SettingKind = Literal["string", "number", "integer", "boolean"]
@@ -324,13 +325,7 @@ def load_settings(
 ) -> Settings:
     """Resolve every setting from its sources; raise :class:`ConfigError` on the first bad one."""
     env = os.environ if env is None else env
-    meltano = {}
-    for spec in SETTINGS:
-        var = spec.meltano_env_var
-        if var and env.get(var):
-            meltano[spec.name] = (env[var], var)
-    if meltano.get("state_backend.uri", ("",))[0].strip().lower() == "systemdb":
-        del meltano["state_backend.uri"]  # Meltano's database backend: not a store of ours
+    meltano = meltano_env.backend_settings(env)  # lowest priority; systemdb is ignored
     ours = {s.name: (env[s.env_var], s.env_var) for s in SETTINGS if s.env_var in env}
     files = [(path, read_config_file(path)) for path in config_files]
     values: dict[str, Any] = {}
@@ -350,6 +345,10 @@ def load_settings(
         sources[spec.name] = source
     if not values["state_backend.uri"]:
         values["state_backend.uri"] = DEFAULT_URI
+    # inside a Meltano project, a relative local store is the project's, whatever the cwd
+    values["state_backend.uri"] = meltano_env.resolve_uri(
+        values["state_backend.uri"], sources["state_backend.uri"], env
+    )
     if values["log_format"] not in ("text", "json"):
         raise ConfigError(f"setting log_format (from {sources['log_format']}) must be text or json")
     return Settings(values, sources)

@@ -8,10 +8,9 @@ writes the state conditionally on the version last seen: fencing.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from mapper_state import log, signals, state
+from mapper_state import log, meltano, signals, state
 from mapper_state.checkpoint import Checkpointer
 from mapper_state.config import Settings
 from mapper_state.lease import Lease
@@ -19,23 +18,13 @@ from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import BlobStore, StoreError
 
 
-def meltano_owns_state(settings: Settings, env: dict[str, str] | None = None) -> bool:
-    """Is this Meltano's own state (same store, Meltano's ``<env>:<extractor>-to-`` ID)?"""
-    env = dict(os.environ) if env is None else env
-    meltano_uri = env.get("MELTANO_STATE_BACKEND_URI", "")
-    environment = env.get("MELTANO_ENVIRONMENT")
-    extractor = env.get("MELTANO_EXTRACTOR_NAME")
-    if not (meltano_uri and environment and extractor and settings.state_id):
-        return False
-    same_store = meltano_uri.rstrip("/") == settings.uri.rstrip("/")
-    return same_store and settings.state_id.startswith(f"{environment}:{extractor}-to-")
-
-
 class Session:
     """Use as a context manager; commit with :meth:`offer`, end with :meth:`finish`."""
 
     def __init__(self, settings: Settings, store: BlobStore | None = None) -> None:
         self.settings = settings
+        if not (settings.state_id or "").strip() and (missing := meltano.missing_state_id()):
+            raise missing
         self.state_id = state.validate_state_id(settings.state_id)
         self.store = store or open_configured_store(settings)
         self.lease = Lease(
@@ -45,19 +34,20 @@ class Session:
             retry=settings.lock_retry,
             wait=settings.lock_wait,
         )
-        lock_only = settings["lock_only"]
-        self.lock_only = meltano_owns_state(settings) if lock_only is None else lock_only
+        self.lock_only = meltano.lock_only(settings)
         self.dry_run = bool(settings["dry_run"])
         self.prior: state.StateSnapshot | None = None
         self._version: str | None = None
         self._merge_base: Any = None
         self.committed: Any = None
         self.checkpointer: Checkpointer | None = None
+        self.finished = False
 
     def __enter__(self) -> Session:
         try:
             self.lease.acquire()
             self.prior = state.load(self.store, self.state_id)
+            meltano.check_handed_state(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
                 self._version = self.prior.version
                 self._merge_base = self.prior.value
@@ -113,6 +103,7 @@ class Session:
         """Write the last state now and keep a history snapshot of it."""
         assert self.checkpointer is not None
         wrote = self.checkpointer.finish()
+        self.finished = True
         if self.checkpointer.commits and self.writes_state and self.settings["history_keep"]:
             from mapper_state import history
 
@@ -129,6 +120,8 @@ class Session:
         return wrote
 
     def release(self) -> None:
+        if self.finished and meltano.hand_over_lease(self.lease, self.settings):
+            return  # a Meltano mapping: held until Meltano has written its state
         try:
             self.lease.release()
         except StoreError as exc:
