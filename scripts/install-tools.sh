@@ -20,7 +20,7 @@ FORCE=0
 # Versions verified together: meltano 4.4.1 on Python 3.11; both SDK-based plugins on
 # singer-sdk 0.54.9 (the project's own version).
 TOOLS=(
-  "meltano|meltano==4.4.1|meltano|--version"
+  "meltano|meltano[s3]==4.4.1|meltano|--version"
   "tap-postgres|meltanolabs-tap-postgres==0.10.0 singer-sdk==0.54.9|tap-postgres|--about"
   "target-jsonl|target-jsonl==0.1.4|target-jsonl|--help"
   "target-csv|meltanolabs-target-csv==0.5.0 singer-sdk==0.54.9|target-csv|--about"

@@ -81,6 +81,23 @@ def test_unreadable_and_invalid_config_files(tmp_path: Path) -> None:
     assert not (tmp_path / ".mapper-state").exists()
 
 
+def test_relative_file_uris_and_bare_paths(tmp_path: Path) -> None:
+    line = state_line({"a": 1})
+    for uri, where in (("file:rel-a", "rel-a"), ("file://rel-b", "rel-b"), ("rel-c/x", "rel-c/x")):
+        assert (
+            run_cli(
+                "--state-id", "r", "--state-backend-uri", uri, cwd=tmp_path, input=line
+            ).returncode
+            == 0
+        )
+        assert stored_state(tmp_path / where, "r") == {"a": 1}, uri
+    absolute = tmp_path / "abs"
+    run_cli(
+        "--state-id", "r", "--state-backend-uri", f"file://{absolute}", cwd=tmp_path, input=line
+    )
+    assert stored_state(absolute, "r") == {"a": 1}
+
+
 def test_unknown_uri_scheme(tmp_path: Path) -> None:
     result = run_cli("--state-id", "x", "--state-backend-uri", "ftp://host/dir", cwd=tmp_path)
     assert_one_line_error(result, 2, "unknown scheme ftp://")

@@ -87,13 +87,14 @@ def test_a_frozen_holder_that_lost_its_lease_is_fenced(tmp_path: Path) -> None:
     """SIGSTOP past the TTL: another run takes over; the old holder must not write."""
     store = tmp_path / ".mapper-state"
     holder = spawn_cli("--state-id", "f", "--lock-timeout-seconds", "1", cwd=tmp_path)
-    wait_for_lease(store, "f")
+    first = wait_for_lease(store, "f")
     holder.send_signal(signal.SIGSTOP)
-    time.sleep(1.6)
-    taker = spawn_cli("--state-id", "f", cwd=tmp_path)
-    wait_for_lease(store, "f")
-    time.sleep(0.3)
-    assert holder.stdin is not None
+    time.sleep(1.6)  # past the TTL and the skew allowance
+    taker = spawn_cli("--state-id", "f", "--lock-wait-seconds", "30", cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while wait_for_lease(store, "f")["run_id"] == first["run_id"]:
+        assert time.monotonic() < deadline, "the taker never took the expired lease over"
+        time.sleep(0.05)
     holder.send_signal(signal.SIGCONT)
     _out, err = holder.communicate(state_line({"by": "stale holder"}), timeout=30)
     assert holder.returncode == 4, err

@@ -30,10 +30,13 @@ BUILTIN_SCHEMES: dict[str, tuple[str, str, str | None]] = {
 
 
 def split_uri(uri: str) -> tuple[str, str]:
-    """``("s3", "bucket/prefix")`` for ``s3://bucket/prefix``; a bare path is a ``file`` URI."""
+    """``("s3", "bucket/prefix")`` for ``s3://bucket/prefix``; a bare path is a ``file`` URI.
+
+    ``file:relative/path`` (no slashes after the colon) is a relative path too.
+    """
     scheme, sep, location = uri.partition("://")
     if not sep:
-        return "file", uri
+        return "file", uri.removeprefix("file:")
     return scheme.lower(), location
 
 
