@@ -18,7 +18,7 @@ confirms after the mapper has exited. Hence, in a mapping run:
 - when mapper-state's store and ID are the ones Meltano writes
   (:func:`meltano_owns_state`) it only guards the run (``lock_only``);
 - after a successful run the lease is handed to a small keeper process that holds it
-  until Meltano itself exits (after its final state write), see :func:`hand_over_lease`;
+  until Meltano itself exits (after its final state write), see :mod:`mapper_state.keeper`;
 - after taking the lease it checks that the state Meltano handed the tap is still the
   stored one (:func:`check_handed_state`): if another run finished in between, this run
   would start from a stale bookmark.
@@ -29,7 +29,6 @@ This module imports nothing heavy (it is imported by ``config``).
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,6 @@ from mapper_state.stores import split_uri
 
 if TYPE_CHECKING:
     from mapper_state.config import Settings
-    from mapper_state.lease import Lease
     from mapper_state.state import StateSnapshot
 
 SYSTEMDB = "systemdb"
@@ -49,7 +47,6 @@ BACKEND_URI_VAR = "MELTANO_STATE_BACKEND_URI"
 _BACKEND_ALIASES = {
     "state_backend.gcs.application_credentials": "state_backend.gcs.application_credentials_path",
 }
-KEEP_LEASE_ARG = "keep-lease"
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -318,156 +315,3 @@ def check_handed_state(
         "(run again to resume from it), or state_id is not this pipeline's Meltano state ID "
         f"({run.state_id_prefix() or ''}<loader>)"
     )
-
-
-# -- holding the lease until Meltano's final state write -----------------------------
-
-
-def hand_over_lease(lease: Lease, settings: Settings, env: Mapping[str, str] | None = None) -> bool:
-    """After a successful mapping run, keep the lease until Meltano (our parent) exits.
-
-    The mapper exits when the tap's stream ends, but the target may still be loading
-    and Meltano writes the state it confirms only afterwards: a lease released at the
-    mapper's exit would let another run start from the old state. A small detached
-    process takes the lease over (same run ID, renewed by compare-and-swap like any
-    holder) and releases it once Meltano's process is gone. Returns False when there
-    is nothing to hand over or no keeper could be started; the caller then releases.
-    """
-    run = MeltanoRun.from_env(env)
-    parent = os.getppid()
-    if run is None or parent <= 1 or lease.record is None or lease.version is None:
-        return False
-    import orjson
-
-    from mapper_state import log
-    from mapper_state.errors import MapperStateError
-
-    pidfd = None
-    if hasattr(os, "pidfd_open"):
-        try:
-            pidfd = os.pidfd_open(parent)
-        except OSError:
-            pidfd = None
-    fds: list[int] = []
-    try:
-        lease.stop_heartbeat()
-        lease.renew()  # the keeper starts with a whole TTL ahead of it
-        payload = {
-            "settings": dict(settings.values),
-            "state_id": lease.state_id,
-            "run_id": lease.run_id,
-            "version": lease.version,
-            "record": orjson.loads(lease.record.to_bytes()),
-            "parent_pid": parent,
-            "parent_pidfd": pidfd,
-        }
-        read_end, write_end = os.pipe()
-        fds += [read_end, write_end]
-        devnull = os.open(os.devnull, os.O_RDWR)
-        fds.append(devnull)
-        if pidfd is not None:
-            os.set_inheritable(pidfd, True)
-        argv = [sys.executable, "-m", "mapper_state.meltano", KEEP_LEASE_ARG]
-        keeper_pid = os.posix_spawn(
-            sys.executable,
-            argv,
-            os.environ,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, read_end, 0),
-                (os.POSIX_SPAWN_DUP2, devnull, 1),  # never hold Meltano's pipes open
-                (os.POSIX_SPAWN_DUP2, devnull, 2),
-            ],
-            setsid=True,  # a Ctrl-C meant for Meltano must not kill it first
-        )
-        with open(write_end, "wb", closefd=False) as pipe:
-            pipe.write(orjson.dumps(payload))
-    except (MapperStateError, OSError) as exc:
-        message = exc.message if isinstance(exc, MapperStateError) else str(exc)
-        log.warning(f"could not keep the lease until Meltano exits: {message}")
-        return False
-    finally:
-        for fd in [*fds, *([pidfd] if pidfd is not None else [])]:
-            os.close(fd)
-    # The lease is the keeper's now: forget it so that nothing here releases it.
-    lease.version = None
-    lease.record = None
-    log.info(
-        f"keeping the lease on {lease.state_id} until Meltano (pid {parent}) has written "
-        "its state and exited",
-        keeper_pid=keeper_pid,
-    )
-    return True
-
-
-def _wait_for_exit(pid: int, pidfd: int | None, stop: Any) -> None:
-    """Return when process ``pid`` has ended, or ``stop`` (an Event) is set."""
-    import select
-
-    if pidfd is not None:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        while not stop.is_set():
-            if poller.poll(200):
-                return
-        return
-    while not stop.is_set():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            pass
-        stop.wait(0.2)
-
-
-def _keep_lease() -> int:
-    """The keeper: renew the handed-over lease until Meltano exits, then release it."""
-    import signal
-    import threading
-    from dataclasses import replace
-
-    import orjson
-
-    from mapper_state.config import Settings
-    from mapper_state.errors import MapperStateError
-    from mapper_state.lease import Lease, LeaseRecord
-    from mapper_state.stores import open_configured_store
-
-    payload = orjson.loads(sys.stdin.buffer.read())
-    settings = Settings(payload["settings"])
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: stop.set())
-    record = LeaseRecord.from_bytes(orjson.dumps(payload["record"]))
-    if record is None:
-        return 1
-    parent = int(payload["parent_pid"])
-    record = replace(
-        record,
-        pid=os.getpid(),
-        command=f"lease kept until Meltano pid {parent} exits, for: {record.command}"[:200],
-    )
-    try:
-        store = open_configured_store(settings)
-        lease = Lease(
-            store,
-            payload["state_id"],
-            ttl=settings.lock_timeout,
-            run_id=payload["run_id"],
-            command=record.command,
-        )
-        lease.record = record
-        lease.version = payload["version"]
-        lease.renew()  # records who holds it now
-        lease.start_heartbeat(on_lost=lambda _exc: stop.set())
-        _wait_for_exit(parent, payload.get("parent_pidfd"), stop)
-        lease.release()
-    except MapperStateError:
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == [KEEP_LEASE_ARG]:
-        sys.exit(_keep_lease())
-    sys.exit("usage: python -m mapper_state.meltano keep-lease < handover.json (internal)")

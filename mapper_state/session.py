@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mapper_state import log, meltano, signals, state
+from mapper_state import keeper, log, meltano, signals, state
 from mapper_state.checkpoint import Checkpointer
 from mapper_state.config import Settings
 from mapper_state.lease import Lease
@@ -120,7 +120,7 @@ class Session:
         return wrote
 
     def release(self) -> None:
-        if self.finished and meltano.hand_over_lease(self.lease, self.settings):
+        if self.finished and keeper.hand_over_lease(self.lease, self.settings):
             return  # a Meltano mapping: held until Meltano has written its state
         try:
             self.lease.release()
