@@ -164,7 +164,7 @@ def _confirmations(children: Children, session: Session, progress: Progress) -> 
 def _progress_line(progress: Progress, session: Session, stop: threading.Event) -> None:
     while not stop.wait(1.0):
         elapsed = time.monotonic() - progress.started
-        commits = session.checkpointer.commits if session.checkpointer else 0
+        commits = session.commits
         rate = progress.counter.lines / elapsed if elapsed else 0
         sys.stderr.write(
             f"\rmapper-state: {progress.counter.lines:,} messages, {rate:,.0f}/s, "

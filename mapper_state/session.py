@@ -38,8 +38,9 @@ class Session:
         self.dry_run = bool(settings["dry_run"])
         self.prior: state.StateSnapshot | None = None
         self._version: str | None = None
-        self._merge_base: Any = None
+        self._stored: Any = None
         self.committed: Any = None
+        self.writes = 0
         self.checkpointer: Checkpointer | None = None
         self.finished = False
 
@@ -50,7 +51,7 @@ class Session:
             meltano.check_handed_state(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
                 self._version = self.prior.version
-                self._merge_base = self.prior.value
+                self._stored = self.prior.value
                 self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
                 self.lease.start_heartbeat(on_lost=self.checkpointer.fail)
         except BaseException:
@@ -89,22 +90,26 @@ class Session:
             self.committed = value
             return
         if self.settings["state_merge"]:
-            value = state.deep_merge(self._merge_base, value)
+            value = state.deep_merge(self._stored, value)
+        if self._version is not None and value == self._stored:
+            return  # the store holds this already (taps open by repeating their state)
         self.lease.confirm()
         self._version = state.save(self.store, self.state_id, value, self._version)
-        self._merge_base = value
+        self._stored = value
         self.committed = value
+        self.writes += 1
 
     @property
     def commits(self) -> int:
-        return self.checkpointer.commits if self.checkpointer else 0
+        """State writes made (a state equal to the stored one is not written again)."""
+        return self.writes
 
     def finish(self) -> bool:
         """Write the last state now and keep a history snapshot of it."""
         assert self.checkpointer is not None
         wrote = self.checkpointer.finish()
         self.finished = True
-        if self.checkpointer.commits and self.writes_state and self.settings["history_keep"]:
+        if self.writes and self.settings["history_keep"]:
             from mapper_state import history
 
             try:

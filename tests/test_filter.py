@@ -224,3 +224,17 @@ def test_signals_release_the_lease(tmp_path: Path, sig: signal.Signals) -> None:
     proc.send_signal(sig)
     assert proc.wait(10) == 128 + sig
     assert not (store_of(tmp_path) / "sig" / "mapper-state.lease.json").exists()
+
+
+def test_a_state_equal_to_the_stored_one_is_not_written_again(tmp_path: Path) -> None:
+    """Taps open by repeating the state they were given: that costs no write."""
+    run_cli("--state-id", "same", cwd=tmp_path, input=stream(3))
+    path = store_of(tmp_path) / "same" / "state.json"
+    before = path.stat()
+    snapshots = sorted((store_of(tmp_path) / "same" / "history").iterdir())
+    result = run_cli("--state-id", "same", cwd=tmp_path, input=stream(3))
+    assert result.returncode == 0
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted((store_of(tmp_path) / "same" / "history").iterdir()) == snapshots
+    assert b"commits=0" in result.stderr
