@@ -18,6 +18,7 @@ from mapper_state.cli_common import (  # also re-exported for the subcommand mod
     resolve_settings,
     store_options,
 )
+from mapper_state.errors import MapperStateError
 
 __all__ = ["command_settings", "handle_errors", "main", "resolve_settings", "store_options"]
 
@@ -133,7 +134,14 @@ def main(
             "log_format": log_format,
         }
     )
-    settings = resolve_settings(settings_flags, config_files)
+    try:
+        settings = resolve_settings(settings_flags, config_files)
+    except MapperStateError:
+        if state_file:  # a tap waiting on the pipe must fail, not hang
+            from mapper_state.handoff import release_reader
+
+            release_reader(state_file)
+        raise
     from mapper_state.filter import run_filter
 
     sys.exit(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from mapper_state import handoff, log, signals
 from mapper_state.config import Settings
@@ -18,7 +19,7 @@ from mapper_state.pump import LineScanner, pump
 from mapper_state.session import Session
 
 
-def _on_bad(strict: bool):  # type: ignore[no-untyped-def]
+def _on_bad(strict: bool) -> Callable[[str], None]:
     def on_bad(message: str) -> None:
         if strict:
             raise BadInput(message + " (--strict)")
@@ -42,8 +43,8 @@ def run_filter(
         except OSError as exc:
             raise ConfigError(f"--input {input_path}: {exc.strerror}") from None
     with signals.raising():
-        session = Session(settings)
         try:
+            session = Session(settings)
             session.__enter__()
         except BaseException:
             if state_file:

@@ -238,3 +238,22 @@ def test_a_state_equal_to_the_stored_one_is_not_written_again(tmp_path: Path) ->
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert sorted((store_of(tmp_path) / "same" / "history").iterdir()) == snapshots
     assert b"commits=0" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--state-id", "../x"], ["--state-id", "x", "--set", "state_backend.lock_timeout_seconds=no"]],
+)
+def test_bad_config_with_a_fifo_does_not_hang_the_tap(tmp_path: Path, bad: list[str]) -> None:
+    os.mkfifo(tmp_path / "state.fifo")
+    from tests.helpers import MAPPER
+
+    tap = "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' state.fifo"
+    args = " ".join(f"'{a}'" for a in bad)
+    script = f"set -o pipefail; {tap} | {MAPPER} {args} --state-file state.fifo | cat"
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, env=clean_env(), timeout=60
+    )
+    assert result.returncode == 2
+    assert b"Traceback (most recent call last)" in result.stderr  # the tap's own failure
+    assert b"mapper-state: error:" in result.stderr
