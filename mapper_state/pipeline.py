@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from mapper_state import log
+from mapper_state import log, signals
 from mapper_state.config import Settings
 from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
 from mapper_state.pump import CHUNK, LineScanner, enlarge_pipe, pump
@@ -177,7 +177,11 @@ def _progress_line(progress: Progress, session: Session, stop: threading.Event) 
 def run_pipeline(settings: Settings) -> int:
     """Run tap | target under the lease; return the exit code (README, exit codes)."""
     tap_cmd, target_cmd = command_line(settings, "tap"), command_line(settings, "target")
-    with Session(settings) as session, private_state_file(session) as state_path:
+    with (
+        signals.raising(),  # until the children run: SIGTERM must still release the lease
+        Session(settings) as session,
+        private_state_file(session) as state_path,
+    ):
         if state_path:
             tap_cmd = [*tap_cmd, "--state", state_path]
         children = Children(tap_cmd, target_cmd)

@@ -180,3 +180,33 @@ def test_missing_commands_and_unstartable_children(tmp_path: Path) -> None:
     assert b"cannot start the tap no-such-tap-x" in result.stderr
     assert b"Traceback" not in result.stderr
     assert not (tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json").exists()
+
+
+def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> None:
+    holder = spawn_cli("--state-id", "job", cwd=tmp_path)
+    lease = tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json"
+    deadline = time.monotonic() + 10
+    while not lease.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    waiter = spawn_cli(
+        "run",
+        "--state-id",
+        "job",
+        "--tap",
+        TAP,
+        "--target",
+        target(tmp_path),
+        "--lock-wait-seconds",
+        "60",
+        "--lock-retry-seconds",
+        "0.1",
+        cwd=tmp_path,
+    )
+    time.sleep(1)
+    waiter.send_signal(signal.SIGTERM)
+    _, err = waiter.communicate(timeout=10)
+    assert waiter.returncode == 143, err
+    assert b"interrupted by signal 15" in err
+    holder.communicate(b"")
+    assert holder.returncode == 0
