@@ -144,23 +144,35 @@ class Lease:
         )
 
     def try_acquire(self) -> LeaseRecord | None:
-        """Take the lease if free or expired; return the current holder's record if busy."""
-        holder, blob = read_lease(self.store, self.state_id)
-        now = self.clock()
-        record = self._fresh_record(now)
-        if blob is not None and holder is not None and not holder.is_expired(now):
-            return holder
-        try:
-            with signals.deferred():  # a lease we created is always one we remember
-                if blob is None:
+        """Take the lease if free or expired; return the current holder's record if busy.
+
+        A free lease costs one request: the create is tried before anything is read.
+        """
+        holder: LeaseRecord | None = None
+        for _ in range(3):  # the lease may change hands between our requests
+            record = self._fresh_record(self.clock())
+            try:
+                with signals.deferred():  # a lease we created is always one we remember
                     self.version = self.store.create(self.key, record.to_bytes())
-                else:
+                    self.record = record
+                return None
+            except PreconditionFailed:
+                pass
+            holder, blob = read_lease(self.store, self.state_id)
+            if blob is None:
+                continue  # released in between: try to create it again
+            if holder is not None and not holder.is_expired(self.clock()):
+                return holder
+            record = self._fresh_record(self.clock())
+            try:
+                with signals.deferred():
                     self.version = self.store.replace(self.key, record.to_bytes(), blob.version)
-                self.record = record
-        except PreconditionFailed:
-            holder, _ = read_lease(self.store, self.state_id)
-            return holder or self._fresh_record(now)  # changed hands under us: still busy
-        return None
+                    self.record = record
+                return None
+            except PreconditionFailed:
+                continue  # someone else took it over first
+        holder, _ = read_lease(self.store, self.state_id)
+        return holder or record  # still contended: busy for now
 
     def acquire(self) -> None:
         """Take the lease, waiting up to ``wait`` seconds for a busy one; else :class:`LeaseBusy`."""
