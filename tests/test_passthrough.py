@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mapper_state.pump import HEAD_LIMIT, LineScanner
+from mapper_state.pump import HEAD_LIMIT, LineScanner, find_token
 from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state
 
 HOSTILE_CASES: dict[str, bytes] = {
@@ -175,3 +175,16 @@ def test_long_line_that_may_be_state_is_still_found_across_chunks() -> None:
         scanner.feed(line[i : i + 4096])
     scanner.finish()
     assert found == [value]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from([b'"STATE"', b"S", b'"', b"STATE", b"x", b"\n", b'"S']), max_size=80),
+    st.integers(min_value=0, max_value=10),
+    st.integers(min_value=0, max_value=10),
+)
+def test_token_search_agrees_with_a_plain_find(parts: list[bytes], lo: int, hi: int) -> None:
+    """The memchr-led search finds exactly what ``bytes.find`` finds, however many S's."""
+    buf = bytearray(b"".join(parts))
+    start, end = min(lo, len(buf)), max(len(buf) - hi, 0)
+    assert find_token(buf, start, end) == buf.find(b'"STATE"', start, end)
