@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the real Singer tools used by the end-to-end tests and the demo, each in its
+# Install the real Singer tools used by the end-to-end tests, the demo and the benchmarks, each in its
 # own virtualenv under .tools/ (their pins clash with the project's). Idempotent: a
 # second run only checks stamp files and returns at once. Run from the repository root.
 #
@@ -24,6 +24,7 @@ TOOLS=(
   "tap-postgres|meltanolabs-tap-postgres==0.10.0 singer-sdk==0.54.9|tap-postgres|--about"
   "target-jsonl|target-jsonl==0.1.4|target-jsonl|--help"
   "target-csv|meltanolabs-target-csv==0.5.0 singer-sdk==0.54.9|target-csv|--about"
+  "meltano-map-transform|meltano-map-transform==0.12.3|meltano-map-transform|--about"
 )
 
 command -v "$PYTHON" >/dev/null 2>&1 || { echo "install-tools: $PYTHON not found" >&2; exit 1; }
