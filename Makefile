@@ -21,7 +21,8 @@ tools: $(STAMP)
 	@scripts/install-tools.sh
 	@scripts/install-emulators.sh
 
-demo: setup tools
+demo: setup
+	@scripts/install-tools.sh
 	@examples/demo.sh
 
 test: setup tools
