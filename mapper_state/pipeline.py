@@ -53,18 +53,23 @@ def command_line(settings: Settings, name: str) -> list[str]:
 
 
 class LineCounter:
-    """A scanner for the tap-to-target pump: counts messages, parses nothing."""
+    """A scanner for the tap-to-target pump: counts messages (and records), parses nothing."""
 
-    def __init__(self) -> None:
+    states = 0
+
+    def __init__(self, count_records: bool = False) -> None:
         self.lines = 0
+        self.records = 0
+        self.count_records = count_records
 
     def feed(self, chunk: bytes | bytearray, end: int | None = None) -> None:
-        self.lines += chunk.count(b"\n", 0, len(chunk) if end is None else end)
+        end = len(chunk) if end is None else end
+        self.lines += chunk.count(b"\n", 0, end)
+        if self.count_records:  # only for the progress line on a terminal
+            self.records += chunk.count(b'"RECORD"', 0, end)
 
     def finish(self) -> None:
         pass
-
-    states = 0
 
 
 @dataclass
@@ -74,7 +79,6 @@ class Progress:
     counter: LineCounter
     confirmed: int = 0
     started: float = field(default_factory=time.monotonic)
-    last_commit: float | None = None
 
 
 @contextlib.contextmanager
@@ -162,13 +166,16 @@ def _confirmations(children: Children, session: Session, progress: Progress) -> 
 
 
 def _progress_line(progress: Progress, session: Session, stop: threading.Event) -> None:
+    """Rewrite one status line on the terminal every second."""
     while not stop.wait(1.0):
         elapsed = time.monotonic() - progress.started
-        commits = session.commits
-        rate = progress.counter.lines / elapsed if elapsed else 0
+        counter = progress.counter
+        rate = counter.records / elapsed if elapsed else 0
+        last = session.last_commit_at
+        commit = f"last commit {time.time() - last:.0f}s ago" if last else "no commit yet"
         sys.stderr.write(
-            f"\rmapper-state: {progress.counter.lines:,} messages, {rate:,.0f}/s, "
-            f"{progress.confirmed} states confirmed, {commits} commits   "
+            f"\rmapper-state: {counter.records:,} records ({rate:,.0f}/s), "
+            f"{counter.lines:,} messages, {progress.confirmed} states confirmed, {commit}   "
         )
         sys.stderr.flush()
     sys.stderr.write("\n")
@@ -186,9 +193,10 @@ def run_pipeline(settings: Settings) -> int:
             tap_cmd = [*tap_cmd, "--state", state_path]
         children = Children(tap_cmd, target_cmd)
         previous = {s: signal.signal(s, children.forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        progress = Progress(LineCounter())
+        show_progress = sys.stderr.isatty() and settings["log_format"] == "text"
+        progress = Progress(LineCounter(count_records=show_progress))
         stop_progress = threading.Event()
-        if sys.stderr.isatty() and settings["log_format"] == "text":
+        if show_progress:
             threading.Thread(
                 target=_progress_line, args=(progress, session, stop_progress), daemon=True
             ).start()

@@ -8,6 +8,7 @@ writes the state conditionally on the version last seen: fencing.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from mapper_state import keeper, log, meltano, signals, state
@@ -41,6 +42,7 @@ class Session:
         self._stored: Any = None
         self.committed: Any = None
         self.writes = 0
+        self.last_commit_at: float | None = None
         self.checkpointer: Checkpointer | None = None
         self.finished = False
 
@@ -97,6 +99,7 @@ class Session:
         self._stored = value
         self.committed = value
         self.writes += 1
+        self.last_commit_at = time.time()
 
     @property
     def commits(self) -> int:

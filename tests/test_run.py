@@ -210,3 +210,43 @@ def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> No
     assert b"interrupted by signal 15" in err
     holder.communicate(b"")
     assert holder.returncode == 0
+
+
+def test_progress_line_on_a_terminal_and_quiet_json_logs_otherwise(tmp_path: Path) -> None:
+    import pty
+    import subprocess
+
+    from tests.helpers import MAPPER
+
+    master, slave = pty.openpty()
+    args = ["run", "--state-id", "job", "--tap", TAP, "--target", target(tmp_path)]
+    env = clean_env(TINY_TAP_COUNT="25", TINY_TAP_SLEEP="0.1")
+    proc = subprocess.Popen(
+        [MAPPER, *args, "--checkpoint-interval-seconds", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=tmp_path,
+        env=env,
+    )
+    os.close(slave)
+    screen = b""
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # the terminal's other side closed
+            break
+        if not data:
+            break
+        screen += data
+    os.close(master)
+    assert proc.wait(30) == 0
+    progress = [line for line in screen.split(b"\r") if line.startswith(b"mapper-state: ")]
+    assert any(b"records (" in line and b"/s), " in line for line in progress), screen
+    assert any(b"last commit" in line for line in progress), screen
+
+    quiet = run_cli(*args, "--log-format", "json", cwd=tmp_path, env=env)
+    assert quiet.returncode == 0
+    lines = quiet.stderr.decode().splitlines()
+    assert b"\r" not in quiet.stderr
+    assert [json.loads(line)["message"] for line in lines] == ["run finished"]
