@@ -156,9 +156,9 @@ def main(
 
 def register_commands() -> None:
     """Attach the subcommands (their modules import nothing heavy at import time)."""
-    from mapper_state import cli_ops, cli_run
+    from mapper_state import cli_lock, cli_run, cli_state
 
-    for command in (*cli_ops.COMMANDS, *cli_run.COMMANDS):
+    for command in (*cli_state.COMMANDS, *cli_lock.COMMANDS, *cli_run.COMMANDS):
         main.add_command(command)
 
 

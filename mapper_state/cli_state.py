@@ -1,0 +1,382 @@
+"""``mapper-state state ...``: read, change, back up and restore states (SPEC 1.3)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+
+from mapper_state import history, log, ops, state
+from mapper_state.cli_common import handle_errors, store_options
+from mapper_state.cli_ops import (
+    confirm,
+    dump,
+    format_option,
+    meltano_option,
+    open_store,
+    out,
+    parse_input,
+    plural,
+    yes_option,
+)
+from mapper_state.errors import BadInput
+
+# -- state ---------------------------------------------------------------------------
+
+
+@click.group("state")
+def state_group() -> None:
+    """Read, change, back up and restore the states in the store.
+
+    Every write takes the state ID's lease, like a run, so it never interleaves
+    with a running pipeline (a busy lease fails with exit code 3). Every write
+    also keeps a snapshot in the state's history: `state history ID` lists
+    them and `state rollback ID --to SNAPSHOT` undoes a bad run or a mistake,
+    even after `state clear` (history is only removed by `clear --history`).
+    """
+
+
+@state_group.command("list")
+@click.option("--pattern", metavar="GLOB", help="Only state IDs matching GLOB (* ? [...]).")
+@format_option
+@store_options
+@click.pass_context
+@handle_errors
+def state_list(ctx: click.Context, pattern: str | None, output_format: str, **kw: Any) -> None:
+    """List the state IDs in the store."""
+    _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    ids = ops.list_state_ids(store, pattern)
+    if output_format == "json":
+        out(orjson.dumps(ids) + b"\n")
+    elif ids:
+        out("".join(f"{i}\n" for i in ids))
+    else:
+        log.info(f"no states{' match ' + pattern if pattern else ''} in {store.display_uri}")
+
+
+@state_group.command("get")
+@click.argument("state_id")
+@meltano_option
+@format_option
+@store_options
+@click.pass_context
+@handle_errors
+def state_get(
+    ctx: click.Context, state_id: str, meltano: bool, output_format: str, **kw: Any
+) -> None:
+    """Print the Singer state of STATE_ID, as a tap's --state accepts it.
+
+    `tap --state <(mapper-state state get ID)` hands it to a tap; `state set`
+    accepts exactly what this prints. --format json prints it on one line.
+    """
+    state_id = ops.check_state_id(state_id)
+    _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    value = ops.get_state(store, state_id)
+    out(dump({"singer_state": value} if meltano else value, output_format == "text"))
+
+
+@state_group.command("set")
+@click.argument("state_id")
+@click.argument("state_json", metavar="[JSON|-]", required=False)
+@meltano_option
+@store_options
+@click.pass_context
+@handle_errors
+def state_set(
+    ctx: click.Context, state_id: str, state_json: str | None, meltano: bool, **kw: Any
+) -> None:
+    """Replace the state of STATE_ID (from JSON, or stdin with - or nothing), under the lease."""
+    state_id = ops.check_state_id(state_id)
+    value = parse_input(state_json, meltano)
+    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    ops.set_state(store, state_id, value, ops.Guard.from_settings(settings))
+    log.info(f"set the state of {state_id}")
+
+
+@state_group.command("merge")
+@click.argument("state_id")
+@click.argument("state_json", metavar="[JSON|-]", required=False)
+@meltano_option
+@store_options
+@click.pass_context
+@handle_errors
+def state_merge(
+    ctx: click.Context, state_id: str, state_json: str | None, meltano: bool, **kw: Any
+) -> None:
+    """Deep-merge JSON (or stdin) over the state of STATE_ID, under the lease."""
+    state_id = ops.check_state_id(state_id)
+    value = parse_input(state_json, meltano)
+    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    ops.merge_state(store, state_id, value, ops.Guard.from_settings(settings))
+    log.info(f"merged into the state of {state_id}")
+
+
+@state_group.command("clear")
+@click.argument("state_id", required=False)
+@click.option("--all", "clear_all", is_flag=True, help="Clear every state (asks first).")
+@click.option("--pattern", metavar="GLOB", help="With --all: only state IDs matching GLOB.")
+@click.option(
+    "--history",
+    "with_history",
+    is_flag=True,
+    help="Remove the history snapshots too (cannot be undone; asks first).",
+)
+@yes_option
+@store_options
+@click.pass_context
+@handle_errors
+def state_clear(
+    ctx: click.Context,
+    state_id: str | None,
+    clear_all: bool,
+    pattern: str | None,
+    with_history: bool,
+    yes: bool,
+    **kw: Any,
+) -> None:
+    """Remove the state of STATE_ID (or --all), under the lease.
+
+    The history is kept, so `state rollback` can restore a cleared state;
+    --history removes it too.
+    """
+    if bool(state_id) == clear_all:
+        raise click.UsageError("give a state ID or --all (not both)")
+    if pattern and not clear_all:
+        raise click.UsageError("--pattern goes with --all")
+    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    guard = ops.Guard.from_settings(settings)
+    undo = (
+        "this cannot be undone"
+        if with_history or guard.history_keep == 0
+        else "`state rollback` can restore it from the history"
+    )
+    if state_id:
+        state_id = ops.check_state_id(state_id)
+        if with_history:
+            confirm(f"Clear {state_id} and its history in {store.display_uri}? ({undo})", yes)
+        newest = ops.clear_state(store, state_id, guard, with_history=with_history)
+        if newest:
+            undo = f"`mapper-state state rollback {state_id} --to {newest}` restores it"
+        log.info(f"cleared the state of {state_id}; {undo}")
+        return
+    ids = ops.list_state_ids(store, pattern)
+    if not ids:
+        log.info(f"no states to clear in {store.display_uri}")
+        return
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    what = plural(len(ids), "state") + (" and their history" if with_history else "")
+    confirm(f"Clear {what} in {store.display_uri} ({shown})? ({undo})", yes)
+    ops.clear_many(store, ids, guard, with_history=with_history)
+    log.info(f"cleared {plural(len(ids), 'state')}; {undo}")
+
+
+@state_group.command("copy")
+@click.argument("src")
+@click.argument("dst")
+@click.option("--force", is_flag=True, help="Replace DST if it exists.")
+@store_options
+@click.pass_context
+@handle_errors
+def state_copy(ctx: click.Context, src: str, dst: str, force: bool, **kw: Any) -> None:
+    """Copy the state of SRC to DST (DST under the lease)."""
+    src, dst = ops.check_state_id(src), ops.check_state_id(dst)
+    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    ops.copy_state(store, src, dst, ops.Guard.from_settings(settings), force=force)
+    log.info(f"copied the state of {src} to {dst}")
+
+
+@state_group.command("move")
+@click.argument("src")
+@click.argument("dst")
+@click.option("--force", is_flag=True, help="Replace DST if it exists.")
+@store_options
+@click.pass_context
+@handle_errors
+def state_move(ctx: click.Context, src: str, dst: str, force: bool, **kw: Any) -> None:
+    """Move the state of SRC to DST, holding both leases."""
+    src, dst = ops.check_state_id(src), ops.check_state_id(dst)
+    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    ops.move_state(store, src, dst, ops.Guard.from_settings(settings), force=force)
+    log.info(f"moved the state of {src} to {dst}")
+
+
+@state_group.command("export")
+@click.option("--pattern", metavar="GLOB", help="Only state IDs matching GLOB.")
+@click.option(
+    "--meltano", is_flag=True, help="One object in `meltano state export`'s format instead."
+)
+@store_options
+@click.pass_context
+@handle_errors
+def state_export(ctx: click.Context, pattern: str | None, meltano: bool, **kw: Any) -> None:
+    """Print every state as JSON lines: {"state_id": ..., "singer_state": ...}.
+
+    `state import` reads them back, into this store or another one; --meltano
+    prints what `meltano state import` reads instead.
+    """
+    _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    count = 0
+    if meltano:
+        doc = {
+            i: {"completed": {"singer_state": v}, "partial": {}}
+            for i, v in ops.export_states(store, pattern)
+        }
+        count = len(doc)
+        out(orjson.dumps(doc) + b"\n")
+    else:
+        for state_id, value in ops.export_states(store, pattern):
+            out(ops.export_line(state_id, value))
+            count += 1
+    log.info(f"exported {plural(count, 'state')} from {store.display_uri}")
+
+
+@state_group.command("import")
+@click.argument("source", metavar="[FILE|-]", default="-")
+@click.option(
+    "--state-id",
+    "state_id",
+    help="The state ID for input without one (what `meltano state get ID` prints).",
+)
+@click.option("--force", is_flag=True, help="Replace states that exist already.")
+@store_options
+@click.pass_context
+@handle_errors
+def state_import(
+    ctx: click.Context, source: str, state_id: str | None, force: bool, **kw: Any
+) -> None:
+    """Write the states in FILE (or stdin): `state export` lines, or Meltano's output.
+
+    Everything is checked before anything is written (a bad line is reported by
+    its number and nothing is imported); existing states are only replaced with
+    --force. Each line is {"state_id": ..., "singer_state": {...}}; a line
+    without state_id takes --state-id.
+
+    \b
+    Back up and restore:
+      mapper-state state export > backup.jsonl
+      mapper-state state import backup.jsonl --force
+    Move every state to another store:
+      mapper-state state export --state-backend-uri file://.mapper-state |
+        mapper-state state import --state-backend-uri s3://bucket/prefix
+    From Meltano (its system database or any of its backends):
+      meltano state get dev:tap-x-to-target-y |
+        mapper-state state import --state-id dev:tap-x-to-target-y
+      meltano state export | mapper-state state import
+    """
+    if state_id is not None:
+        state_id = ops.check_state_id(state_id)
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else open(source, "rb").read()  # noqa: SIM115
+    except OSError as exc:
+        raise BadInput(f"cannot read {source}: {exc.strerror}") from None
+    entries = ops.parse_import(data, state_id=state_id)
+    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    if not entries:
+        log.info("nothing to import")
+        return
+    ops.import_states(store, entries, ops.Guard.from_settings(settings), force=force)
+    log.info(f"imported {plural(len(entries), 'state')} into {store.display_uri}")
+
+
+@state_group.command("history")
+@click.argument("state_id")
+@format_option
+@store_options
+@click.pass_context
+@handle_errors
+def state_history(ctx: click.Context, state_id: str, output_format: str, **kw: Any) -> None:
+    """List the kept snapshots of STATE_ID, newest first, with what each changed."""
+    state_id = ops.check_state_id(state_id)
+    _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    snapshots = history.list_snapshots(store, state_id)
+    current = state.load(store, state_id)
+    if not snapshots and not current.exists:
+        raise ops.not_found(store, state_id)
+    rows = []
+    previous = None
+    for snap in snapshots:
+        rows.append((snap, history.summarize_change(previous, snap.value)))
+        previous = snap.value
+    rows.reverse()
+    current_name = next(
+        (s.name for s, _ in rows if current.exists and s.value == current.value), None
+    )
+    if output_format == "json":
+        out(
+            orjson.dumps(
+                [
+                    {
+                        "snapshot": s.name,
+                        "time": s.time.isoformat().replace("+00:00", "Z"),
+                        "run_id": s.run_id,
+                        "host": s.host,
+                        "command": s.command,
+                        "written_by": s.written_by,
+                        "changes": change,
+                        "current": s.name == current_name,
+                        "singer_state": s.value,
+                    }
+                    for s, change in rows
+                ]
+            )
+            + b"\n"
+        )
+        return
+    out(_history_table(state_id, rows, current_name, current.exists))
+
+
+def _history_table(
+    state_id: str, rows: list[tuple[history.Snapshot, str]], current: str | None, exists: bool
+) -> str:
+    if not exists:
+        now = "it has no state now (cleared)"
+    elif current is None:
+        now = "its current state is not in the history"
+    else:
+        now = "* marks the current state"
+    lines = [f"{state_id}: {plural(len(rows), 'snapshot')}, newest first; {now}"]
+    if not rows:
+        return lines[0] + "\n"
+    table = [("", "SNAPSHOT", "TIME (UTC)", "RUN", "HOST", "BY", "CHANGES")]
+    for snap, change in rows:
+        table.append(
+            (
+                "*" if snap.name == current else "",
+                snap.name,
+                snap.time.strftime("%Y-%m-%d %H:%M:%S"),
+                snap.run_id,
+                snap.host or "-",
+                snap.written_by,
+                change,
+            )
+        )
+    last = len(table[0]) - 1
+    widths = [max(len(r[i]) for r in table) for i in range(last)]
+    for row in table:
+        cells = [row[i].ljust(widths[i]) for i in range(last)]
+        lines.append("  ".join([*cells, row[last]]).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+@state_group.command("rollback")
+@click.argument("state_id")
+@click.option(
+    "--to", "ref", required=True, metavar="SNAPSHOT", help="A snapshot name (or its start)."
+)
+@store_options
+@click.pass_context
+@handle_errors
+def state_rollback(ctx: click.Context, state_id: str, ref: str, **kw: Any) -> None:
+    """Restore STATE_ID to a snapshot from `state history`, under the lease."""
+    state_id = ops.check_state_id(state_id)
+    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    snap, changed = ops.rollback(store, state_id, ref, ops.Guard.from_settings(settings))
+    if changed:
+        log.info(f"rolled {state_id} back to snapshot {snap.name} (run {snap.run_id})")
+    else:
+        log.info(f"{state_id} is already at snapshot {snap.name}; nothing changed")
+
+
+COMMANDS: tuple[click.Command, ...] = (state_group,)
