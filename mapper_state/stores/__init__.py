@@ -64,8 +64,15 @@ def open_store(uri: str, options_for: dict[str, dict[str, Any]] | None = None) -
 
 
 def open_configured_store(settings: Any) -> BlobStore:
-    """The store the resolved settings name."""
-    return open_store(
+    """The store the resolved settings name.
+
+    A store that retries transient failures gives up within a third of the lease's
+    TTL, so that a renewal stuck in retries cannot outlive the lease it renews.
+    """
+    store = open_store(
         settings.uri,
         {section: settings.backend_options(section) for section in ("s3", "azure", "gcs")},
     )
+    if hasattr(store, "retry_deadline_seconds"):
+        store.retry_deadline_seconds = min(store.retry_deadline_seconds, settings.lock_timeout / 3)
+    return store

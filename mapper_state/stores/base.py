@@ -19,7 +19,9 @@ Checklist for writing a new store (see ``file.py`` for a small one):
 6. Map the SDK's typed errors (or HTTP status codes), never message text:
    404 -> absent, 412/409 -> :class:`PreconditionFailed`, auth -> :class:`StoreAccessDenied`,
    anything else -> :class:`StoreError`. Retry transient failures (5xx, throttling,
-   connection resets) with :func:`mapper_state.stores.retry.retrying`.
+   connection resets) with :func:`mapper_state.stores.retry.retrying`, within a
+   ``retry_deadline_seconds`` attribute (the registry lowers it to a third of the
+   lease TTL).
 7. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
    store joins its prefix exactly once, whatever slashes the user typed.
 8. Import the cloud SDK inside the store module only; the registry imports the
