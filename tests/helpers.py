@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,27 @@ def state_line(value: Any) -> bytes:
 
 def record_line(i: int, stream: str = "s") -> bytes:
     return json.dumps({"type": "RECORD", "stream": stream, "record": {"id": i}}).encode() + b"\n"
+
+
+def on_store(store: Path, *args: str, input: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """Run ``mapper-state ARGS`` against the local-file store at ``store``."""
+    return run_cli(*args, "--state-backend-uri", f"file://{store}", input=input, timeout=60)
+
+
+def in_terminal(store: Path, *args: str, answer: bytes) -> subprocess.CompletedProcess[bytes]:
+    """Run with stdin on a terminal that types ``answer``, as a person at a prompt would."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=clean_env(),
+        )
+        os.close(slave)
+        os.write(master, answer)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,41 +14,8 @@ from mapper_state import state
 from mapper_state.errors import LeaseLost
 from mapper_state.lease import LEASE_FILE, Lease
 from mapper_state.stores.file import FileStore
-
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
-
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
-
-
-def mapper(store: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        env=ENV,
-        timeout=60,
-        check=False,
-    )
-
-
-def in_terminal(store: Path, *args: str, answer: bytes) -> subprocess.CompletedProcess[bytes]:
-    """Run with stdin on a terminal that types ``answer``, as a person at a prompt would."""
-    master, slave = pty.openpty()
-    try:
-        proc = subprocess.Popen(
-            [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
-            stdin=slave,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=ENV,
-        )
-        os.close(slave)
-        os.write(master, answer)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        os.close(master)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+from tests.helpers import in_terminal
+from tests.helpers import on_store as mapper
 
 
 @pytest.fixture

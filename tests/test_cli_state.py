@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -14,46 +13,13 @@ import pytest
 from mapper_state import ops
 from mapper_state.lease import Lease
 from mapper_state.stores.file import FileStore
+from tests.helpers import MAPPER, in_terminal
+from tests.helpers import clean_env as env
+from tests.helpers import on_store as mapper
 
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
 REPO = Path(__file__).resolve().parents[1]
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
 STATE = {"bookmarks": {"users": {"replication_key_value": "2024-01-01"}, "orders": {"id": 7}}}
-
-
-def env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
-
-
-def mapper(store: Path, *args: str, input: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    """Run ``mapper-state ARGS`` against the file store at ``store``."""
-    return subprocess.run(
-        [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
-        input=input,
-        capture_output=True,
-        env=env(),
-        timeout=60,
-        check=False,
-    )
-
-
-def in_terminal(store: Path, *args: str, answer: bytes) -> subprocess.CompletedProcess[bytes]:
-    """Run with stdin on a terminal that types ``answer``, as a person at a prompt would."""
-    master, slave = pty.openpty()
-    try:
-        proc = subprocess.Popen(
-            [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
-            stdin=slave,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env(),
-        )
-        os.close(slave)
-        os.write(master, answer)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        os.close(master)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def stored(store: Path, state_id: str) -> dict | None:

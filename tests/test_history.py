@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -16,21 +13,9 @@ from mapper_state import history, ops, state
 from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
+from tests.helpers import on_store as mapper
 
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
-
-
-def mapper(store: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [MAPPER, *args, "--state-backend-uri", f"file://{store}"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        env=ENV,
-        timeout=60,
-        check=False,
-    )
 
 
 def bookmarks(**streams: int) -> dict:
