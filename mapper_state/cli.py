@@ -16,6 +16,7 @@ from mapper_state.cli_common import (  # also re-exported for the subcommand mod
     command_settings,
     handle_errors,
     resolve_settings,
+    run_options,
     store_options,
 )
 from mapper_state.errors import MapperStateError
@@ -33,7 +34,6 @@ class _Main(click.Group):
 @click.group(
     cls=_Main, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
 )
-@click.option("--state-id", help="The pipeline's state ID.")
 @click.option(
     "--state-file",
     type=click.Path(dir_okay=False),
@@ -51,31 +51,7 @@ class _Main(click.Group):
     type=click.Path(dir_okay=False),
     help="Read the stream from FILE instead of stdin.",
 )
-@click.option("--full-refresh", is_flag=True, default=None, help="Hand the tap no prior state.")
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    default=None,
-    help="Take the lease and read the state but write nothing.",
-)
 @click.option("--strict", is_flag=True, default=None, help="An unusable STATE message is fatal.")
-@click.option(
-    "--checkpoint-interval-seconds",
-    type=float,
-    default=None,
-    help="At most one state write per interval.",
-)
-@click.option(
-    "--state-merge", is_flag=True, default=None, help="Deep-merge each state over the prior one."
-)
-@click.option(
-    "--lock-only/--no-lock-only",
-    default=None,
-    help="Hold the lease but leave state.json to another writer.",
-)
-@click.option(
-    "--log-format", type=click.Choice(["text", "json"]), default=None, help="Log format on stderr."
-)
 @click.option("--about", is_flag=True, help="Describe the mapper and its settings.")
 @click.option(
     "--format",
@@ -89,21 +65,15 @@ class _Main(click.Group):
     __version__, "--version", prog_name="mapper-state", message="%(prog)s %(version)s"
 )
 @store_options
+@run_options
 @click.pass_context
 @handle_errors
 def main(
     ctx: click.Context,
-    state_id: str | None,
     state_file: str | None,
     after_target: bool | None,
     input_path: str | None,
-    full_refresh: bool | None,
-    dry_run: bool | None,
     strict: bool | None,
-    checkpoint_interval_seconds: float | None,
-    state_merge: bool | None,
-    lock_only: bool | None,
-    log_format: str | None,
     about: bool,
     about_format: str,
     discover: bool,
@@ -122,18 +92,7 @@ def main(
 
         print_about(about_format)
         return
-    settings_flags.update(
-        {
-            "state_id": state_id,
-            "full_refresh": full_refresh,
-            "dry_run": dry_run,
-            "strict": strict,
-            "checkpoint_interval_seconds": checkpoint_interval_seconds,
-            "state_merge": state_merge,
-            "lock_only": lock_only,
-            "log_format": log_format,
-        }
-    )
+    settings_flags["strict"] = strict
     try:
         settings = resolve_settings(settings_flags, config_files)
     except MapperStateError:

@@ -81,6 +81,73 @@ def store_options(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+_RUN_OPTIONS = (
+    click.option("--state-id", "state_id", help="The pipeline's state ID."),
+    click.option(
+        "--full-refresh", "full_refresh", is_flag=True, default=None, help="Hand the tap no state."
+    ),
+    click.option(
+        "--dry-run",
+        "dry_run",
+        is_flag=True,
+        default=None,
+        help="Take the lease and read the state but write nothing.",
+    ),
+    click.option(
+        "--checkpoint-interval-seconds",
+        "checkpoint_interval_seconds",
+        type=float,
+        default=None,
+        help="At most one state write per interval.",
+    ),
+    click.option(
+        "--state-merge",
+        "state_merge",
+        is_flag=True,
+        default=None,
+        help="Deep-merge each state over the prior one.",
+    ),
+    click.option(
+        "--lock-only/--no-lock-only",
+        "lock_only",
+        default=None,
+        help="Hold the lease but leave state.json to another writer.",
+    ),
+    click.option(
+        "--log-format",
+        "log_format",
+        type=click.Choice(["text", "json"]),
+        default=None,
+        help="Log format on stderr.",
+    ),
+)
+_RUN_SETTINGS = (
+    "state_id",
+    "full_refresh",
+    "dry_run",
+    "checkpoint_interval_seconds",
+    "state_merge",
+    "lock_only",
+    "log_format",
+)
+
+
+def run_options(func: F) -> F:
+    """The flags of a run (filter or ``run``); place below ``store_options``.
+
+    Their values join ``settings_flags`` under the settings' own names.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, settings_flags: dict[str, Any], **kwargs: Any) -> Any:
+        settings_flags.update({name: kwargs.pop(name) for name in _RUN_SETTINGS})
+        return func(*args, settings_flags=settings_flags, **kwargs)
+
+    for option in reversed(_RUN_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
 def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Settings:
     """Settings from every source; a ``--set`` with an unknown name is a config error."""
     from mapper_state.config import SETTINGS_BY_NAME

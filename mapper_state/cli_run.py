@@ -7,28 +7,14 @@ from typing import Any
 
 import click
 
-from mapper_state.cli_common import command_settings, handle_errors, store_options
+from mapper_state.cli_common import command_settings, handle_errors, run_options, store_options
 
 
 @click.command("run")
-@click.option("--state-id", help="The pipeline's state ID.")
 @click.option("--tap", help='The tap\'s command line, e.g. "tap-postgres --config tap.json".')
 @click.option("--target", help='The target\'s command line, e.g. "target-jsonl --config t.json".')
-@click.option("--full-refresh", is_flag=True, default=None, help="Start the tap without state.")
-@click.option("--dry-run", is_flag=True, default=None, help="Take the lease but write no state.")
-@click.option(
-    "--checkpoint-interval-seconds",
-    type=float,
-    default=None,
-    help="At most one state write per interval.",
-)
-@click.option(
-    "--state-merge", is_flag=True, default=None, help="Deep-merge each state over the prior one."
-)
-@click.option(
-    "--log-format", type=click.Choice(["text", "json"]), default=None, help="Log format on stderr."
-)
 @store_options
+@run_options
 @click.pass_context
 @handle_errors
 def run_command(
