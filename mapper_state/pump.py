@@ -101,7 +101,6 @@ class LineScanner:
         self.carry = bytearray()  # start of the current incomplete line
         self.discarding = False  # the current incomplete line cannot be a STATE message
         self.states = 0
-        self.line_no = 0
 
     def feed(self, chunk: bytes | bytearray, end: int | None = None) -> None:
         """Scan ``chunk[:end]``; the buffer may be reused by the caller afterwards."""
