@@ -42,7 +42,8 @@ def run_filter(
             src = os.open(input_path, os.O_RDONLY)
         except OSError as exc:
             raise ConfigError(f"--input {input_path}: {exc.strerror}") from None
-    with signals.raising():
+    session: Session | None = None
+    with signals.raising(wake=lambda: session.check() if session else None):
         try:
             session = Session(settings)
             session.__enter__()

@@ -184,9 +184,11 @@ def _progress_line(progress: Progress, session: Session, stop: threading.Event) 
 def run_pipeline(settings: Settings) -> int:
     """Run tap | target under the lease; return the exit code (README, exit codes)."""
     tap_cmd, target_cmd = command_line(settings, "tap"), command_line(settings, "target")
+    session = Session(settings)
     with (
-        signals.raising(),  # until the children run: SIGTERM must still release the lease
-        Session(settings) as session,
+        # SIGTERM before the children run still releases the lease; a lost lease stops all
+        signals.raising(wake=session.check),
+        session,
         private_state_file(session) as state_path,
     ):
         if state_path:

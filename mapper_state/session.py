@@ -14,6 +14,7 @@ from typing import Any
 from mapper_state import keeper, log, meltano, signals, state
 from mapper_state.checkpoint import Checkpointer
 from mapper_state.config import Settings
+from mapper_state.errors import LeaseLost
 from mapper_state.lease import Lease
 from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import BlobStore, StoreError
@@ -55,11 +56,17 @@ class Session:
                 self._version = self.prior.version
                 self._stored = self.prior.value
                 self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
-                self.lease.start_heartbeat(on_lost=self.checkpointer.fail)
+                self.lease.start_heartbeat(on_lost=self._lost)
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _lost(self, error: LeaseLost) -> None:
+        """The heartbeat lost the lease: stop committing, and stop the stream now."""
+        assert self.checkpointer is not None
+        self.checkpointer.fail(error)
+        signals.wake_main()  # the main thread raises it even if it waits for input
 
     def __exit__(self, *exc: object) -> None:
         self.lease.stop_heartbeat()

@@ -3,32 +3,52 @@
 ``raising()`` turns both into :class:`Interrupted` in the main thread so ``finally``
 blocks release the lease. ``deferred()`` holds them back for the few steps that
 must not be cut in half (creating the lease object and remembering that we did):
-a signal that arrives meanwhile is delivered right after.
+a signal that arrives meanwhile is delivered right after. ``wake_main()`` lets a
+background thread (the heartbeat, on losing the lease) interrupt the main thread
+even while it waits in a read, through ``raising(wake=...)``.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from mapper_state.errors import Interrupted
 
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+WAKE_SIGNAL = signal.SIGUSR1
+_wake_installed = False
 
 
 @contextmanager
-def raising() -> Iterator[None]:
+def raising(wake: Callable[[], None] | None = None) -> Iterator[None]:
+    """SIGINT/SIGTERM raise :class:`Interrupted`; ``wake_main()`` runs ``wake`` (which may raise)."""
+    global _wake_installed
+
     def handler(signum: int, frame: object) -> None:
         raise Interrupted(signum)
 
+    def on_wake(signum: int, frame: object) -> None:
+        if wake is not None:
+            wake()
+
     previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    previous[WAKE_SIGNAL] = signal.signal(WAKE_SIGNAL, on_wake)
+    _wake_installed = True
     try:
         yield
     finally:
+        _wake_installed = False
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def wake_main() -> None:
+    """From a background thread: interrupt the main thread, if it is ready to be woken."""
+    if _wake_installed:
+        signal.pthread_kill(threading.main_thread().ident or 0, WAKE_SIGNAL)
 
 
 @contextmanager

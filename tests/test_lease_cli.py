@@ -146,3 +146,16 @@ def test_racing_processes_never_have_two_holders(tmp_path: Path) -> None:
         assert finished == [3, 3, 3, 3, 3], (round_, finished)
         assert codes == [0, 3, 3, 3, 3, 3], (round_, codes)
     assert not (tmp_path / ".mapper-state" / "race" / LEASE).exists()
+
+
+def test_a_broken_lease_stops_an_idle_run_without_waiting_for_input(tmp_path: Path) -> None:
+    """The heartbeat finds the lease gone and ends the run, though no byte arrives."""
+    store = tmp_path / ".mapper-state"
+    holder = spawn_cli("--state-id", "idle", "--lock-timeout-seconds", "1.5", cwd=tmp_path)
+    wait_for_lease(store, "idle")
+    broke = run_cli("lock", "break", "idle", "--yes", cwd=tmp_path)
+    assert broke.returncode == 0, broke.stderr
+    assert holder.wait(30) == 4  # stdin is still open and silent
+    assert holder.stderr is not None
+    assert b"lost the lease" in holder.stderr.read()
+    assert stored_state(store, "idle") is None

@@ -250,3 +250,30 @@ def test_progress_line_on_a_terminal_and_quiet_json_logs_otherwise(tmp_path: Pat
     lines = quiet.stderr.decode().splitlines()
     assert b"\r" not in quiet.stderr
     assert [json.loads(line)["message"] for line in lines] == ["run finished"]
+
+
+def test_a_broken_lease_stops_the_whole_run(tmp_path: Path) -> None:
+    proc = spawn_cli(
+        "run",
+        "--state-id",
+        "job",
+        "--tap",
+        TAP,
+        "--target",
+        target(tmp_path),
+        "--lock-timeout-seconds",
+        "1.5",
+        cwd=tmp_path,
+        env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.5"),
+    )
+    deadline = time.monotonic() + 20
+    while not delivered(tmp_path):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    children = _children_of(proc.pid)
+    assert run_cli("lock", "break", "job", "--yes", cwd=tmp_path).returncode == 0
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 4, err
+    assert b"lost the lease" in err
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
