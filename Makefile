@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
 setup: $(STAMP)
 
 tools: $(STAMP)
+	@scripts/install-system.sh
 	@scripts/install-tools.sh
 	@scripts/install-emulators.sh
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The system packages the test suite needs: the PostgreSQL 15 server binaries (the
+# end-to-end tests start a throw-away cluster) and Node.js with npm (Azurite).
+# Installs with apt-get only what is missing, and only when it can (root, apt-get);
+# otherwise it says what to install and lets the tests fail with their own message.
+set -euo pipefail
+
+missing=()
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1 \
+  || missing+=(postgresql)
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  echo "install-system: installing ${missing[*]}" >&2
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "install-system: please install: ${missing[*]}" >&2
+fi
