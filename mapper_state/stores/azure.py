@@ -39,7 +39,9 @@ from mapper_state.stores.base import (
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
+    check_key,
     join_key,
+    landed_version,
 )
 from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
 
@@ -85,9 +87,7 @@ class AzureBlobStore:
         return f"azure://{join_key(self.container.container_name, self.prefix)}"
 
     def _key(self, key: str) -> str:
-        if not key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StoreError(f"invalid key {key!r}")
-        return join_key(self.prefix, key)
+        return join_key(self.prefix, check_key(key))
 
     def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
         """Run one request with retries; turn a permanent failure into a store error."""
@@ -144,11 +144,10 @@ class AzureBlobStore:
         try:
             return self._call(op, key, upload, stats)
         except PreconditionFailed:
-            # A retried upload may have landed before its response was lost.
-            current = self.read(key) if stats.retried else None
-            if current is not None and current.data == data:
-                return current.version
-            raise
+            version = landed_version(self, key, data, retried=stats.retried)
+            if version is None:
+                raise
+            return version
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:

@@ -90,6 +90,26 @@ class BlobStore(Protocol):
         ...
 
 
+def check_key(key: str) -> str:
+    """``key`` if it is a safe relative key (no empty, ``.`` or ``..`` segment, no NUL)."""
+    if not key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
+        raise StoreError(f"invalid key {key!r}")
+    return key
+
+
+def landed_version(store: BlobStore, key: str, data: bytes, retried: bool) -> str | None:
+    """After a retried conditional write was refused: did an earlier attempt land?
+
+    A retry whose first attempt succeeded but lost its response sees its own write
+    as a conflict. If the object now holds exactly our bytes, that write was ours:
+    return its version. ``None`` means the refusal stands.
+    """
+    if not retried:
+        return None
+    current = store.read(key)
+    return current.version if current is not None and current.data == data else None
+
+
 def join_key(*parts: str) -> str:
     """Join key parts with exactly one ``/`` between them and none at either end."""
     return "/".join(p.strip("/") for p in parts if p.strip("/"))

@@ -17,7 +17,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+    check_key,
+)
 
 _LOCK_SUFFIX = ".flock"
 
@@ -39,10 +45,7 @@ class FileStore:
 
     # -- paths -----------------------------------------------------------------
     def _path(self, key: str) -> Path:
-        parts = key.split("/")
-        if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
-            raise StoreError(f"invalid key {key!r}")
-        return self.root.joinpath(*parts)
+        return self.root.joinpath(*check_key(key).split("/"))
 
     @contextlib.contextmanager
     def _locked(self, path: Path) -> Iterator[None]:

@@ -37,7 +37,9 @@ from mapper_state.stores.base import (
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
+    check_key,
     join_key,
+    landed_version,
 )
 from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
 
@@ -98,9 +100,7 @@ class GcsStore:
         return f"gs://{join_key(self.bucket.name, self.prefix)}"
 
     def _blob(self, key: str) -> storage.Blob:
-        if not key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StoreError(f"invalid key {key!r}")
-        return self.bucket.blob(join_key(self.prefix, key))
+        return self.bucket.blob(join_key(self.prefix, check_key(key)))
 
     def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
         """Run one request with retries; turn a permanent failure into a store error."""
@@ -170,11 +170,10 @@ class GcsStore:
         try:
             return self._call(op, key, upload, stats)
         except PreconditionFailed:
-            # A retried upload may have landed before its response was lost.
-            current = self.read(key) if stats.retried else None
-            if current is not None and current.data == data:
-                return current.version
-            raise
+            version = landed_version(self, key, data, retried=stats.retried)
+            if version is None:
+                raise
+            return version
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:

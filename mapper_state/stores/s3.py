@@ -37,7 +37,9 @@ from mapper_state.stores.base import (
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
+    check_key,
     join_key,
+    landed_version,
 )
 from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
 
@@ -115,9 +117,7 @@ class S3Store:
         return f"s3://{join_key(self.bucket, self.prefix)}"
 
     def _key(self, key: str) -> str:
-        if not key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StoreError(f"invalid key {key!r}")
-        return join_key(self.prefix, key)
+        return join_key(self.prefix, check_key(key))
 
     def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
         """Run one S3 request with retries; turn a permanent failure into a store error."""
@@ -188,11 +188,10 @@ class S3Store:
         try:
             return self._call(op, key, put, stats)
         except PreconditionFailed:
-            # A retried upload may have landed before its response was lost.
-            current = self.read(key) if stats.retried or sdk_retried else None
-            if current is not None and current.data == data:
-                return current.version
-            raise
+            version = landed_version(self, key, data, retried=stats.retried or sdk_retried)
+            if version is None:
+                raise
+            return version
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:
