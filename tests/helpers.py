@@ -7,6 +7,8 @@ import os
 import pty
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +98,27 @@ def in_terminal(store: Path, *args: str, answer: bytes) -> subprocess.CompletedP
     finally:
         os.close(master)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
+    """Poll ``condition`` until it holds; fail the test saying ``what`` did not happen."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.02)
+
+
+def wait_for_lease(store: Path, state_id: str, timeout: float = 10) -> dict[str, Any]:
+    """The lease record once a holder has written it (``store`` is a file store's root)."""
+    path = store / state_id / "mapper-state.lease.json"
+    found: list[dict[str, Any]] = []
+
+    def read() -> bool:
+        try:
+            found.append(json.loads(path.read_bytes()))
+        except (FileNotFoundError, ValueError):
+            return False
+        return True
+
+    wait_until(read, "the holder never took the lease", timeout)
+    return found[-1]

@@ -19,6 +19,8 @@ from tests.helpers import (
     state_line,
     stored_document,
     stored_state,
+    wait_for_lease,
+    wait_until,
 )
 
 
@@ -141,7 +143,7 @@ def test_state_file_fifo_hands_the_prior_state_to_a_shell_pipeline(tmp_path: Pat
 def test_failure_before_handoff_does_not_hang_the_tap(tmp_path: Path) -> None:
     """Lease busy: the FIFO is opened and closed empty, so the tap fails instead of hanging."""
     holder = spawn_cli("--state-id", "busy", cwd=tmp_path)
-    _wait_for_lease(tmp_path, "busy")
+    wait_for_lease(store_of(tmp_path), "busy")
     os.mkfifo(tmp_path / "state.fifo")
     from tests.helpers import MAPPER
 
@@ -155,24 +157,16 @@ def test_failure_before_handoff_does_not_hang_the_tap(tmp_path: Path) -> None:
     assert b"is busy" in result.stderr
 
 
-def _wait_for_lease(tmp_path: Path, state_id: str, timeout: float = 10) -> None:
-    lease = store_of(tmp_path) / state_id / "mapper-state.lease.json"
-    deadline = time.monotonic() + timeout
-    while not lease.exists():
-        assert time.monotonic() < deadline, "the holder never took the lease"
-        time.sleep(0.02)
-
-
 def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
     proc = spawn_cli("--state-id", "live", "--checkpoint-interval-seconds", "0", cwd=tmp_path)
     assert proc.stdin and proc.stdout
     proc.stdin.write(state_line({"n": 1}))
     proc.stdin.flush()
     proc.stdout.readline()
-    deadline = time.monotonic() + 10
-    while stored_state(store_of(tmp_path), "live") != {"n": 1}:
-        assert time.monotonic() < deadline, "no checkpoint while the stream was open"
-        time.sleep(0.05)
+    wait_until(
+        lambda: stored_state(store_of(tmp_path), "live") == {"n": 1},
+        "no checkpoint while the stream was open",
+    )
     proc.stdin.write(state_line({"n": 2}))
     proc.stdin.close()
     assert proc.wait(10) == 0
@@ -200,10 +194,7 @@ def test_broken_downstream_pipe_stores_nothing_after_the_last_commit(tmp_path: P
     proc.stdin.write(state_line({"n": 1}))
     proc.stdin.flush()
     proc.stdout.readline()
-    deadline = time.monotonic() + 10
-    while stored_state(store_of(tmp_path), "bp") != {"n": 1}:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: stored_state(store_of(tmp_path), "bp") == {"n": 1}, "the first checkpoint")
     proc.stdout.close()  # the target dies
     try:
         for n in range(2, 200):
@@ -220,7 +211,7 @@ def test_broken_downstream_pipe_stores_nothing_after_the_last_commit(tmp_path: P
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_release_the_lease(tmp_path: Path, sig: signal.Signals) -> None:
     proc = spawn_cli("--state-id", "sig", cwd=tmp_path)
-    _wait_for_lease(tmp_path, "sig")
+    wait_for_lease(store_of(tmp_path), "sig")
     proc.send_signal(sig)
     assert proc.wait(10) == 128 + sig
     assert not (store_of(tmp_path) / "sig" / "mapper-state.lease.json").exists()

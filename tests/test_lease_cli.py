@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from tests.helpers import clean_env, run_cli, spawn_cli, state_line, stored_state
+from tests.helpers import (
+    clean_env,
+    run_cli,
+    spawn_cli,
+    state_line,
+    stored_state,
+    wait_for_lease,
+    wait_until,
+)
 
 LEASE = "mapper-state.lease.json"
-
-
-def wait_for_lease(store: Path, state_id: str, timeout: float = 10) -> dict:
-    path = store / state_id / LEASE
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return json.loads(path.read_bytes())
-        except (FileNotFoundError, ValueError):
-            assert time.monotonic() < deadline, "the holder never took the lease"
-            time.sleep(0.02)
 
 
 def test_second_run_fails_at_once_naming_the_holder(tmp_path: Path) -> None:
@@ -91,10 +87,11 @@ def test_a_frozen_holder_that_lost_its_lease_is_fenced(tmp_path: Path) -> None:
     holder.send_signal(signal.SIGSTOP)
     time.sleep(1.6)  # past the TTL and the skew allowance
     taker = spawn_cli("--state-id", "f", "--lock-wait-seconds", "30", cwd=tmp_path)
-    deadline = time.monotonic() + 30
-    while wait_for_lease(store, "f")["run_id"] == first["run_id"]:
-        assert time.monotonic() < deadline, "the taker never took the expired lease over"
-        time.sleep(0.05)
+    wait_until(
+        lambda: wait_for_lease(store, "f")["run_id"] != first["run_id"],
+        "the taker never took the expired lease over",
+        timeout=30,
+    )
     holder.send_signal(signal.SIGCONT)
     _out, err = holder.communicate(state_line({"by": "stale holder"}), timeout=30)
     assert holder.returncode == 4, err

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clean_env, run_cli, spawn_cli, stored_state
+from tests.helpers import (
+    clean_env,
+    run_cli,
+    spawn_cli,
+    stored_state,
+    wait_for_lease,
+    wait_until,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAP = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
@@ -118,10 +125,7 @@ def test_signals_are_forwarded_and_the_confirmed_state_committed(
         cwd=tmp_path,
         env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.05"),
     )
-    deadline = time.monotonic() + 20
-    while len(delivered(tmp_path)) < 5:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: len(delivered(tmp_path)) >= 5, "five records delivered", timeout=20)
     children = _children_of(proc.pid)
     assert len(children) == 2
     proc.send_signal(sig)
@@ -157,11 +161,7 @@ def _is_zombie(pid: int) -> bool:
 
 def test_busy_lease_fails_at_once_without_starting_the_tap(tmp_path: Path) -> None:
     holder = spawn_cli("--state-id", "job", cwd=tmp_path)
-    lease = tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json"
-    deadline = time.monotonic() + 10
-    while not lease.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for_lease(tmp_path / ".mapper-state", "job")
     result = run(tmp_path)
     holder.communicate(b"")
     assert result.returncode == 3
@@ -184,11 +184,7 @@ def test_missing_commands_and_unstartable_children(tmp_path: Path) -> None:
 
 def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> None:
     holder = spawn_cli("--state-id", "job", cwd=tmp_path)
-    lease = tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json"
-    deadline = time.monotonic() + 10
-    while not lease.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for_lease(tmp_path / ".mapper-state", "job")
     waiter = spawn_cli(
         "run",
         "--state-id",
@@ -266,10 +262,7 @@ def test_a_broken_lease_stops_the_whole_run(tmp_path: Path) -> None:
         cwd=tmp_path,
         env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.5"),
     )
-    deadline = time.monotonic() + 20
-    while not delivered(tmp_path):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: delivered(tmp_path), "a record delivered", timeout=20)
     children = _children_of(proc.pid)
     assert run_cli("lock", "break", "job", "--yes", cwd=tmp_path).returncode == 0
     _, err = proc.communicate(timeout=30)
