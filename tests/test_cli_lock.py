@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mapper_state import state
+from mapper_state.core import state
+from mapper_state.core.lease import LEASE_FILE, Lease
 from mapper_state.errors import LeaseLost
-from mapper_state.lease import LEASE_FILE, Lease
 from mapper_state.stores.file import FileStore
 from tests.helpers import in_terminal
 from tests.helpers import on_store as mapper

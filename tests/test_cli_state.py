@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mapper_state import ops
-from mapper_state.lease import Lease
+from mapper_state.core.lease import Lease
+from mapper_state.ops import commands as ops
 from mapper_state.stores.file import FileStore
 from tests.helpers import MAPPER, in_terminal
 from tests.helpers import clean_env as env

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mapper_state import ops
 from mapper_state.cli import main
-from mapper_state.doctor import render_text, run_checks
 from mapper_state.errors import ExitCode
+from mapper_state.ops import commands as ops
+from mapper_state.ops.doctor import render_text, run_checks
 from mapper_state.stores import open_store
 from mapper_state.stores.base import Blob, StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore

@@ -9,7 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from mapper_state import history, ops, state
+from mapper_state.core import history, state
+from mapper_state.ops import commands as ops
 from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mapper_state.pump import HEAD_LIMIT, LineScanner, find_token
+from mapper_state.stream.pump import HEAD_LIMIT, LineScanner, find_token
 from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state
 
 HOSTILE_CASES: dict[str, bytes] = {

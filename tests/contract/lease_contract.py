@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from mapper_state import state
+from mapper_state.core import state
+from mapper_state.core.lease import Lease, break_lease, lease_key, read_lease
 from mapper_state.errors import LeaseBusy, LeaseLost
-from mapper_state.lease import Lease, break_lease, lease_key, read_lease
 from mapper_state.stores.base import BlobStore
 
 

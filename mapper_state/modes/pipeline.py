@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import orjson
 
 from mapper_state import log, signals
-from mapper_state.config import Settings
+from mapper_state.core.session import Session
 from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
-from mapper_state.pump import CHUNK, LineScanner, enlarge_pipe, pump
-from mapper_state.session import Session
+from mapper_state.settings import Settings
+from mapper_state.stream.pump import CHUNK, LineScanner, enlarge_pipe, pump
 
 PR_SET_PDEATHSIG = 1
 

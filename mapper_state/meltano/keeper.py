@@ -16,9 +16,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from mapper_state import meltano
-from mapper_state.config import Settings
-from mapper_state.lease import Lease
+from mapper_state.core.lease import Lease
+from mapper_state.meltano import env as meltano
+from mapper_state.settings import Settings
 
 KEEP_LEASE_ARG = "keep-lease"
 
@@ -67,7 +67,7 @@ def hand_over_lease(lease: Lease, settings: Settings, env: Mapping[str, str] | N
         fds.append(devnull)
         if pidfd is not None:
             os.set_inheritable(pidfd, True)
-        argv = [sys.executable, "-m", "mapper_state.keeper", KEEP_LEASE_ARG]
+        argv = [sys.executable, "-m", "mapper_state.meltano.keeper", KEEP_LEASE_ARG]
         keeper_pid = os.posix_spawn(
             sys.executable,
             argv,
@@ -128,9 +128,9 @@ def _keep_lease() -> int:
 
     import orjson
 
-    from mapper_state.config import Settings
+    from mapper_state.core.lease import Lease, LeaseRecord
     from mapper_state.errors import MapperStateError
-    from mapper_state.lease import Lease, LeaseRecord
+    from mapper_state.settings import Settings
     from mapper_state.stores import open_configured_store
 
     payload = orjson.loads(sys.stdin.buffer.read())
@@ -170,4 +170,4 @@ def _keep_lease() -> int:
 if __name__ == "__main__":
     if sys.argv[1:] == [KEEP_LEASE_ARG]:
         sys.exit(_keep_lease())
-    sys.exit("usage: python -m mapper_state.keeper keep-lease < handover.json (internal)")
+    sys.exit("usage: python -m mapper_state.meltano.keeper keep-lease < handover.json (internal)")

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mapper_state import meltano as meltano_env
 from mapper_state.errors import ConfigError
+from mapper_state.meltano import env as meltano_env
 
 SettingKind = Literal["string", "number", "integer", "boolean"]
 DEFAULT_URI = "file://.mapper-state"

@@ -11,11 +11,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from mapper_state import keeper, log, meltano, signals, state
-from mapper_state.checkpoint import Checkpointer
-from mapper_state.config import Settings
+from mapper_state import log, signals
+from mapper_state.core import state
+from mapper_state.core.checkpoint import Checkpointer
+from mapper_state.core.lease import Lease
 from mapper_state.errors import LeaseLost
-from mapper_state.lease import Lease
+from mapper_state.meltano import env as meltano
+from mapper_state.meltano import keeper
+from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import BlobStore, StoreError
 
@@ -119,7 +122,7 @@ class Session:
         wrote = self.checkpointer.finish()
         self.finished = True
         if self.writes and self.settings["history_keep"]:
-            from mapper_state import history
+            from mapper_state.core import history
 
             try:
                 history.record(

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from mapper_state import __version__
-from mapper_state.cli_common import (  # also re-exported for the subcommand modules
+from mapper_state.cli.common import (  # also re-exported for the subcommand modules
     command_settings,
     handle_errors,
     resolve_settings,
@@ -88,7 +88,7 @@ def main(
         ctx.obj = {"settings_flags": settings_flags, "config_files": config_files}
         return
     if about:
-        from mapper_state.mapper import print_about
+        from mapper_state.meltano.about import print_about
 
         print_about(about_format)
         return
@@ -97,11 +97,11 @@ def main(
         settings = resolve_settings(settings_flags, config_files)
     except MapperStateError:
         if state_file:  # a tap waiting on the pipe must fail, not hang
-            from mapper_state.handoff import release_reader
+            from mapper_state.stream.handoff import release_reader
 
             release_reader(state_file)
         raise
-    from mapper_state.filter import run_filter
+    from mapper_state.modes.filter import run_filter
 
     sys.exit(
         run_filter(
@@ -115,7 +115,9 @@ def main(
 
 def register_commands() -> None:
     """Attach the subcommands (their modules import nothing heavy at import time)."""
-    from mapper_state import cli_lock, cli_run, cli_state
+    from mapper_state.cli import lock as cli_lock
+    from mapper_state.cli import run as cli_run
+    from mapper_state.cli import state as cli_state
 
     for command in (*cli_state.COMMANDS, *cli_lock.COMMANDS, *cli_run.COMMANDS):
         main.add_command(command)

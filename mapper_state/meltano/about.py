@@ -1,6 +1,6 @@
 """The Singer SDK face: ``--about`` in the formats Meltano and its users expect.
 
-The settings schema is generated from :data:`mapper_state.config.SETTINGS`, so it
+The settings schema is generated from :data:`mapper_state.settings.SETTINGS`, so it
 never drifts from what the settings parser accepts. The SDK's own about formatters
 render JSON and Markdown; it is imported only here, when ``--about`` is asked for.
 """
@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from mapper_state import __version__
-from mapper_state.config import SETTINGS, SettingSpec
+from mapper_state.settings import SETTINGS, SettingSpec
 
 NAME = "mapper-state"
 DESCRIPTION = (

@@ -21,7 +21,10 @@ from typing import Any
 
 import orjson
 
-from mapper_state import history, log, state
+from mapper_state import log
+from mapper_state.core import history, state
+from mapper_state.core.lease import Lease, LeaseRecord, read_lease
+from mapper_state.core.state import StateSnapshot, state_key, validate_state_id
 from mapper_state.errors import (
     BadInput,
     InvalidStateId,
@@ -30,8 +33,6 @@ from mapper_state.errors import (
     MapperStateError,
     StateNotFound,
 )
-from mapper_state.lease import Lease, LeaseRecord, read_lease
-from mapper_state.state import StateSnapshot, state_key, validate_state_id
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
 RESERVED_PREFIX = ".mapper-state"

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from mapper_state.cli_common import command_settings, handle_errors, run_options, store_options
+from mapper_state.cli.common import command_settings, handle_errors, run_options, store_options
 
 
 @click.command("run")
@@ -30,7 +30,7 @@ def run_command(
     """
     settings_flags.update(flags)
     settings = command_settings(ctx, settings_flags, config_files)
-    from mapper_state.pipeline import run_pipeline
+    from mapper_state.modes.pipeline import run_pipeline
 
     sys.exit(run_pipeline(settings))
 

@@ -9,9 +9,9 @@ from typing import Any
 import click
 import orjson
 
-from mapper_state import log, ops
-from mapper_state.cli_common import handle_errors, store_options
-from mapper_state.cli_ops import (
+from mapper_state import log
+from mapper_state.cli.common import handle_errors, store_options
+from mapper_state.cli.output import (
     ago,
     confirm,
     format_option,
@@ -19,7 +19,8 @@ from mapper_state.cli_ops import (
     out,
     yes_option,
 )
-from mapper_state.lease import LeaseRecord, break_lease, format_time
+from mapper_state.core.lease import LeaseRecord, break_lease, format_time
+from mapper_state.ops import commands as ops
 
 # -- lock ----------------------------------------------------------------------------
 
@@ -139,7 +140,7 @@ def doctor_command(ctx: click.Context, output_format: str, **kw: Any) -> None:
 
     Exit codes: 0 safe (perhaps with a warning), 5 store failure, 11 unsafe for locking.
     """
-    from mapper_state.doctor import render_text, run_checks
+    from mapper_state.ops.doctor import render_text, run_checks
 
     settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
     report = run_checks(store)

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from mapper_state.lease import current_command
+from mapper_state.core.lease import current_command
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
 HISTORY_DIR = "history"

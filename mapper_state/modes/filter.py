@@ -12,11 +12,12 @@ import os
 import sys
 from collections.abc import Callable
 
-from mapper_state import handoff, log, signals
-from mapper_state.config import Settings
+from mapper_state import log, signals
+from mapper_state.core.session import Session
 from mapper_state.errors import BadInput, ConfigError, DownstreamClosed, ExitCode
-from mapper_state.pump import LineScanner, pump
-from mapper_state.session import Session
+from mapper_state.settings import Settings
+from mapper_state.stream import handoff
+from mapper_state.stream.pump import LineScanner, pump
 
 
 def _on_bad(strict: bool) -> Callable[[str], None]:

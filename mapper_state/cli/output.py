@@ -15,10 +15,10 @@ from typing import Any
 import click
 import orjson
 
-from mapper_state import ops
-from mapper_state.cli_common import command_settings
-from mapper_state.config import Settings
+from mapper_state.cli.common import command_settings
 from mapper_state.errors import BadInput, ExitCode, MapperStateError
+from mapper_state.ops import commands as ops
+from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import BlobStore
 

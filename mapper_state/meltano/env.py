@@ -3,7 +3,7 @@
 What Meltano 4.4.1 gives a mapper (observed on real runs, see docs/real-tools.md):
 
 - argv ``--config <file>`` holding only the mapping's ``config:`` block (nested,
-  dotted or mixed keys; :func:`mapper_state.config.flatten` merges them);
+  dotted or mixed keys; :func:`mapper_state.settings.flatten` merges them);
 - the cwd where ``meltano`` was started (not the project root), with
   ``MELTANO_PROJECT_ROOT`` naming the root;
 - ``MELTANO_ENVIRONMENT``, ``MELTANO_EXTRACTOR_NAME``, ``MELTANO_MAP__MAPPING_NAME``,
@@ -18,7 +18,7 @@ confirms after the mapper has exited. Hence, in a mapping run:
 - when mapper-state's store and ID are the ones Meltano writes
   (:func:`meltano_owns_state`) it only guards the run (``lock_only``);
 - after a successful run the lease is handed to a small keeper process that holds it
-  until Meltano itself exits (after its final state write), see :mod:`mapper_state.keeper`;
+  until Meltano itself exits (after its final state write), see :mod:`mapper_state.meltano.keeper`;
 - after taking the lease it checks that the state Meltano handed the tap is still the
   stored one (:func:`check_handed_state`): if another run finished in between, this run
   would start from a stale bookmark.
@@ -38,8 +38,8 @@ from mapper_state.errors import ConfigError, LeaseLost
 from mapper_state.stores import split_uri
 
 if TYPE_CHECKING:
-    from mapper_state.config import Settings
-    from mapper_state.state import StateSnapshot
+    from mapper_state.core.state import StateSnapshot
+    from mapper_state.settings import Settings
 
 SYSTEMDB = "systemdb"
 BACKEND_URI_VAR = "MELTANO_STATE_BACKEND_URI"
@@ -159,7 +159,7 @@ def backend_settings(env: Mapping[str, str] | None = None) -> dict[str, tuple[An
     database, the default) is not a store of ours and is ignored. The URI is kept as
     Meltano spells it; :func:`resolve_uri` reads it as Meltano does if it is the one used.
     """
-    from mapper_state.config import SETTINGS
+    from mapper_state.settings import SETTINGS
 
     env = _env(env)
     found: dict[str, tuple[Any, str]] = {}

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import click
 
 from mapper_state import log
-from mapper_state.config import Settings, load_settings
 from mapper_state.errors import ExitCode, MapperStateError
+from mapper_state.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -150,8 +150,8 @@ def run_options(func: F) -> F:
 
 def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Settings:
     """Settings from every source; a ``--set`` with an unknown name is a config error."""
-    from mapper_state.config import SETTINGS_BY_NAME
     from mapper_state.errors import ConfigError
+    from mapper_state.settings import SETTINGS_BY_NAME
 
     unknown = [k for k, v in flags.items() if v is not None and k not in SETTINGS_BY_NAME]
     if unknown:

@@ -8,9 +8,9 @@ from typing import Any
 import click
 import orjson
 
-from mapper_state import history, log, ops, state
-from mapper_state.cli_common import handle_errors, store_options
-from mapper_state.cli_ops import (
+from mapper_state import log
+from mapper_state.cli.common import handle_errors, store_options
+from mapper_state.cli.output import (
     confirm,
     dump,
     format_option,
@@ -21,7 +21,9 @@ from mapper_state.cli_ops import (
     plural,
     yes_option,
 )
+from mapper_state.core import history, state
 from mapper_state.errors import BadInput
+from mapper_state.ops import commands as ops
 
 # -- state ---------------------------------------------------------------------------
 
