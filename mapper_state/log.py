@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from mapper_state.settings import redact
+from mapper_state.redact import redact
 
 _secrets: list[str] = []
 _json = False

@@ -1,10 +1,15 @@
-"""One typed settings object, from flags, ``--config`` files, env and Meltano's env.
+"""Typed settings from flags, ``--config`` files and the environment: the machinery and the run's own.
 
-Every setting is declared once in :data:`SETTINGS`; that table drives parsing,
-the environment variable names, ``--about``'s settings schema and the example
-``meltano.yml``. Sources, highest first: command-line flags, ``--config`` files
-(later files win), ``MAPPER_STATE_<NAME>`` variables (dots become ``__``), then
-Meltano's ``MELTANO_STATE_BACKEND_*`` variables for the ``state_backend.*`` settings.
+A leaf: it knows how a setting is declared (:class:`SettingSpec`), how raw values
+become typed ones and in which order the sources win, and it declares the
+settings of a run itself (:data:`RUN_SETTINGS`). It does not know the stores:
+each store declares its own settings (see :mod:`mapper_state.stores`), and
+:mod:`mapper_state.config` puts the two together. Nor does it know Meltano: an
+adapter at the edge may add a lowest-priority source and resolve the store URI
+through a :class:`SettingsSource`.
+
+Sources, highest first: command-line flags, ``--config`` files (later files win),
+``MAPPER_STATE_<NAME>`` variables (dots become ``__``), then the extra sources.
 A bad value ends the process with one line that names the setting.
 """
 
@@ -12,16 +17,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from mapper_state.errors import ConfigError
-from mapper_state.meltano import env as meltano_env
+from mapper_state.redact import redact, uri_secrets
 
 SettingKind = Literal["string", "number", "integer", "boolean"]
 DEFAULT_URI = "file://.mapper-state"
+URI_SETTING = "state_backend.uri"
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class SettingSpec:
     default: Any = None
     secret: bool = False
     minimum: float | None = None
+    #: A string setting that may also be given as a JSON object (kept as its JSON text).
+    accepts_object: bool = False
 
     @property
     def env_var(self) -> str:
@@ -46,10 +53,10 @@ class SettingSpec:
         return "MELTANO_" + self.name.upper().replace(".", "_")
 
 
-SETTINGS: tuple[SettingSpec, ...] = (
+RUN_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("state_id", "string", "The pipeline's state ID, e.g. `dev:tap-x-to-target-y`."),
     SettingSpec(
-        "state_backend.uri",
+        URI_SETTING,
         "string",
         "Where states live: `file:///path`, `file://relative/path`, `s3://bucket/prefix`, "
         "`azure://container/prefix` or `gs://bucket/prefix`.",
@@ -75,47 +82,6 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "How long to wait for a busy lease before failing (0 fails at once).",
         0.0,
         minimum=0,
-    ),
-    SettingSpec("state_backend.s3.aws_access_key_id", "string", "AWS access key ID.", secret=True),
-    SettingSpec(
-        "state_backend.s3.aws_secret_access_key", "string", "AWS secret access key.", secret=True
-    ),
-    SettingSpec("state_backend.s3.aws_session_token", "string", "AWS session token.", secret=True),
-    SettingSpec(
-        "state_backend.s3.endpoint_url",
-        "string",
-        "Endpoint of an S3-compatible store (MinIO, R2, Ceph...).",
-    ),
-    SettingSpec("state_backend.s3.region", "string", "AWS region of the bucket."),
-    SettingSpec(
-        "state_backend.s3.server_side_encryption",
-        "string",
-        "Server-side encryption for every write: `AES256` or `aws:kms`.",
-    ),
-    SettingSpec(
-        "state_backend.s3.sse_kms_key_id", "string", "KMS key ID for `aws:kms` encryption."
-    ),
-    SettingSpec(
-        "state_backend.azure.connection_string",
-        "string",
-        "Azure Storage connection string.",
-        secret=True,
-    ),
-    SettingSpec(
-        "state_backend.azure.storage_account_url",
-        "string",
-        "Azure Storage account URL, used with the default Azure credential.",
-    ),
-    SettingSpec(
-        "state_backend.gcs.application_credentials_path",
-        "string",
-        "Path of a Google service-account credentials file.",
-    ),
-    SettingSpec(
-        "state_backend.gcs.application_credentials_json",
-        "string",
-        "Google service-account credentials as JSON.",
-        secret=True,
     ),
     SettingSpec(
         "checkpoint_interval_seconds",
@@ -152,10 +118,23 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("strict", "boolean", "Make an unusable STATE message fatal.", False),
     SettingSpec("log_format", "string", "`text` or `json` (one JSON object per line).", "text"),
 )
-SETTINGS_BY_NAME: dict[str, SettingSpec] = {s.name: s for s in SETTINGS}
-SECRET_SETTINGS = frozenset(s.name for s in SETTINGS if s.secret)
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f", ""}
+
+#: ``{setting name: (raw value, where it came from)}``
+RawValues = dict[str, tuple[Any, str]]
+
+
+class SettingsSource(Protocol):
+    """A lowest-priority source of settings, and how it reads the store URI (Meltano's)."""
+
+    def values(self, specs: Sequence[SettingSpec], env: Mapping[str, str]) -> RawValues:
+        """Settings this source gives, by dotted name."""
+        ...
+
+    def resolve_uri(self, uri: str, source: str, env: Mapping[str, str]) -> str:
+        """The store URI to use, given the one resolved and where it came from."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -164,6 +143,8 @@ class Settings:
 
     values: Mapping[str, Any]
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: The names of the secret settings, for redaction.
+    secret_names: frozenset[str] = frozenset()
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -174,65 +155,41 @@ class Settings:
 
     @property
     def uri(self) -> str:
-        return self.values["state_backend.uri"]
+        return str(self.values[URI_SETTING])
 
     @property
     def lock_timeout(self) -> float:
-        return self.values["state_backend.lock_timeout_seconds"]
+        return float(self.values["state_backend.lock_timeout_seconds"])
 
     @property
     def lock_retry(self) -> float:
-        return self.values["state_backend.lock_retry_seconds"]
+        return float(self.values["state_backend.lock_retry_seconds"])
 
     @property
     def lock_wait(self) -> float:
-        return self.values["state_backend.lock_wait_seconds"]
+        return float(self.values["state_backend.lock_wait_seconds"])
 
     @property
     def checkpoint_interval(self) -> float:
-        return self.values["checkpoint_interval_seconds"]
+        return float(self.values["checkpoint_interval_seconds"])
 
-    def backend_options(self, scheme_key: str) -> dict[str, Any]:
-        """The ``state_backend.<scheme_key>.*`` settings that are set, by short name."""
-        prefix = f"state_backend.{scheme_key}."
+    def section(self, name: str) -> dict[str, Any]:
+        """The ``state_backend.<name>.*`` settings that are set, by short name."""
+        prefix = f"state_backend.{name}."
         return {
-            name[len(prefix) :]: value
-            for name, value in self.values.items()
-            if name.startswith(prefix) and value is not None
+            key[len(prefix) :]: value
+            for key, value in self.values.items()
+            if key.startswith(prefix) and value is not None
         }
 
     def secrets(self) -> list[str]:
         """Every secret value in force, for redaction."""
-        found = [str(self.values[n]) for n in SECRET_SETTINGS if self.values.get(n)]
+        found = [str(self.values[n]) for n in self.secret_names if self.values.get(n)]
         found.extend(uri_secrets(self.uri))
         return [s for s in found if len(s) >= 4]
 
     def redact(self, text: str) -> str:
         return redact(text, self.secrets())
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret in ``text`` by ``***``."""
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
-_USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<userinfo>[^@/]*)@")
-
-
-def uri_secrets(uri: str) -> list[str]:
-    """Passwords embedded in a URI's user-info (``scheme://user:password@host``)."""
-    m = _USERINFO.match(uri or "")
-    if not m:
-        return []
-    _, _, password = m.group("userinfo").partition(":")
-    return [password] if password else [m.group("userinfo")]
-
-
-def display_uri(uri: str) -> str:
-    """A URI with its user-info hidden."""
-    return _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", uri or "")
 
 
 # -- parsing ----------------------------------------------------------------------
@@ -245,7 +202,7 @@ def coerce(spec: SettingSpec, raw: Any, source: str) -> Any:
         return None
     if spec.kind == "string":
         if isinstance(raw, (dict, list)):
-            if spec.name == "state_backend.gcs.application_credentials_json":
+            if spec.accepts_object:
                 return json.dumps(raw)
             raise ConfigError(f"{where} must be a string")
         return str(raw)
@@ -276,19 +233,25 @@ def _shown(spec: SettingSpec, raw: Any) -> str:
     return "***" if spec.secret else repr(raw)
 
 
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"state_backend": {"uri": x}}`` and ``{"state_backend.uri": x}`` both give the dotted form."""
+def flatten(
+    config: Mapping[str, Any], known: Iterable[str] = (), prefix: str = ""
+) -> dict[str, Any]:
+    """``{"state_backend": {"uri": x}}`` and ``{"state_backend.uri": x}`` both give the dotted form.
+
+    A nested object under a ``known`` name is that setting's value, not more settings.
+    """
+    known = known if isinstance(known, (set, frozenset)) else frozenset(known)
     flat: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and name not in SETTINGS_BY_NAME:
-            flat.update(flatten(value, name + "."))
+        if isinstance(value, Mapping) and name not in known:
+            flat.update(flatten(value, known, name + "."))
         else:
             flat[name] = value
     return flat
 
 
-def read_config_file(path: str) -> dict[str, Any]:
+def read_config_file(path: str, known: Iterable[str]) -> dict[str, Any]:
     """A ``--config`` file's settings in dotted form; ``ENV`` means "from the environment"."""
     if path == "ENV":
         return {}
@@ -309,31 +272,40 @@ def read_config_file(path: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object")
-    flat = flatten(data)
+    known = frozenset(known)
+    flat = flatten(data, known)
     # Meltano and the Singer SDK may add keys of their own; ignore the ones we do not know
     # only when they cannot be a typo of ours.
-    unknown = [k for k in flat if k not in SETTINGS_BY_NAME and k.startswith("state_backend.")]
+    unknown = [k for k in flat if k not in known and k.startswith("state_backend.")]
     if unknown:
         raise ConfigError(f"config file {path}: unknown setting {unknown[0]}")
-    return {k: v for k, v in flat.items() if k in SETTINGS_BY_NAME}
+    return {k: v for k, v in flat.items() if k in known}
 
 
-def load_settings(
+def load(
+    specs: Sequence[SettingSpec],
     flags: Mapping[str, Any] | None = None,
     config_files: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
+    sources: Sequence[SettingsSource] = (),
 ) -> Settings:
-    """Resolve every setting from its sources; raise :class:`ConfigError` on the first bad one."""
+    """Resolve every setting in ``specs``; raise :class:`ConfigError` on the first bad one."""
     env = os.environ if env is None else env
-    meltano = meltano_env.backend_settings(env)  # lowest priority; systemdb is ignored
-    ours = {s.name: (env[s.env_var], s.env_var) for s in SETTINGS if s.env_var in env}
-    files = [(path, read_config_file(path)) for path in config_files]
+    names = [s.name for s in specs]
+    unknown = [k for k, v in (flags or {}).items() if v is not None and k not in set(names)]
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]}")
+    lowest: RawValues = {}
+    for extra in sources:
+        lowest.update(extra.values(specs, env))
+    ours = {s.name: (env[s.env_var], s.env_var) for s in specs if s.env_var in env}
+    files = [(path, read_config_file(path, names)) for path in config_files]
     values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for spec in SETTINGS:
+    where: dict[str, str] = {}
+    for spec in specs:
         raw, source = spec.default, "default"
-        if spec.name in meltano:
-            raw, source = meltano[spec.name]
+        if spec.name in lowest:
+            raw, source = lowest[spec.name]
         if spec.name in ours:
             raw, source = ours[spec.name]
         for path, data in files:
@@ -342,13 +314,11 @@ def load_settings(
         if flags and flags.get(spec.name) is not None:
             raw, source = flags[spec.name], "command line"
         values[spec.name] = coerce(spec, raw, source)
-        sources[spec.name] = source
-    if not values["state_backend.uri"]:
-        values["state_backend.uri"] = DEFAULT_URI
-    # inside a Meltano project, a relative local store is the project's, whatever the cwd
-    values["state_backend.uri"] = meltano_env.resolve_uri(
-        values["state_backend.uri"], sources["state_backend.uri"], env
-    )
+        where[spec.name] = source
+    if not values[URI_SETTING]:
+        values[URI_SETTING] = DEFAULT_URI
+    for extra in sources:
+        values[URI_SETTING] = extra.resolve_uri(values[URI_SETTING], where[URI_SETTING], env)
     if values["log_format"] not in ("text", "json"):
-        raise ConfigError(f"setting log_format (from {sources['log_format']}) must be text or json")
-    return Settings(values, sources)
+        raise ConfigError(f"setting log_format (from {where['log_format']}) must be text or json")
+    return Settings(values, where, frozenset(s.name for s in specs if s.secret))

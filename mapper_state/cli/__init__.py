@@ -101,12 +101,14 @@ def main(
 
             release_reader(state_file)
         raise
+    from mapper_state.meltano.policy import HOOKS
     from mapper_state.modes.filter import run_filter
 
     sys.exit(
         run_filter(
             settings,
             state_file=state_file,
+            hooks=HOOKS,
             after_target=bool(after_target),
             input_path=input_path,
         )

@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 import click
 
 from mapper_state import log
+from mapper_state.config import load_settings
 from mapper_state.errors import ExitCode, MapperStateError
-from mapper_state.settings import Settings, load_settings
+from mapper_state.meltano import env as meltano_env
+from mapper_state.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -149,14 +151,8 @@ def run_options(func: F) -> F:
 
 
 def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Settings:
-    """Settings from every source; a ``--set`` with an unknown name is a config error."""
-    from mapper_state.errors import ConfigError
-    from mapper_state.settings import SETTINGS_BY_NAME
-
-    unknown = [k for k, v in flags.items() if v is not None and k not in SETTINGS_BY_NAME]
-    if unknown:
-        raise ConfigError(f"unknown setting {unknown[0]}")
-    settings = load_settings(flags, config_files)
+    """Settings from every source, Meltano's environment the lowest; an unknown name is an error."""
+    settings = load_settings(flags, config_files, sources=[meltano_env.SOURCE])
     log.configure(settings)
     return settings
 

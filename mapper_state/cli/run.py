@@ -30,9 +30,10 @@ def run_command(
     """
     settings_flags.update(flags)
     settings = command_settings(ctx, settings_flags, config_files)
+    from mapper_state.meltano.policy import HOOKS
     from mapper_state.modes.pipeline import run_pipeline
 
-    sys.exit(run_pipeline(settings))
+    sys.exit(run_pipeline(settings, hooks=HOOKS))
 
 
 COMMANDS: tuple[click.Command, ...] = (run_command,)

@@ -79,40 +79,40 @@ def state_get(
     out(dump({"singer_state": value} if meltano else value, output_format == "text"))
 
 
-@state_group.command("set")
-@click.argument("state_id")
-@click.argument("state_json", metavar="[JSON|-]", required=False)
-@meltano_option
-@store_options
-@click.pass_context
-@handle_errors
-def state_set(
-    ctx: click.Context, state_id: str, state_json: str | None, meltano: bool, **kw: Any
-) -> None:
-    """Replace the state of STATE_ID (from JSON, or stdin with - or nothing), under the lease."""
-    state_id = ops.check_state_id(state_id)
-    value = parse_input(state_json, meltano)
-    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
-    ops.set_state(store, state_id, value, ops.Guard.from_settings(settings))
-    log.info(f"set the state of {state_id}")
+def _write_command(name: str, doc: str, write: ops.Writer, done: str) -> click.Command:
+    """``state set`` and ``state merge``: a state from JSON or stdin, written under the lease."""
+
+    @click.argument("state_id")
+    @click.argument("state_json", metavar="[JSON|-]", required=False)
+    @meltano_option
+    @store_options
+    @click.pass_context
+    @handle_errors
+    def command(
+        ctx: click.Context, state_id: str, state_json: str | None, meltano: bool, **kw: Any
+    ) -> None:
+        state_id = ops.check_state_id(state_id)
+        value = parse_input(state_json, meltano)
+        settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+        write(store, state_id, value, ops.Guard.from_settings(settings))
+        log.info(f"{done} {state_id}")
+
+    command.__doc__ = doc
+    return state_group.command(name)(command)
 
 
-@state_group.command("merge")
-@click.argument("state_id")
-@click.argument("state_json", metavar="[JSON|-]", required=False)
-@meltano_option
-@store_options
-@click.pass_context
-@handle_errors
-def state_merge(
-    ctx: click.Context, state_id: str, state_json: str | None, meltano: bool, **kw: Any
-) -> None:
-    """Deep-merge JSON (or stdin) over the state of STATE_ID, under the lease."""
-    state_id = ops.check_state_id(state_id)
-    value = parse_input(state_json, meltano)
-    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
-    ops.merge_state(store, state_id, value, ops.Guard.from_settings(settings))
-    log.info(f"merged into the state of {state_id}")
+state_set = _write_command(
+    "set",
+    "Replace the state of STATE_ID (from JSON, or stdin with - or nothing), under the lease.",
+    ops.set_state,
+    "set the state of",
+)
+state_merge = _write_command(
+    "merge",
+    "Deep-merge JSON (or stdin) over the state of STATE_ID, under the lease.",
+    ops.merge_state,
+    "merged into the state of",
+)
 
 
 @state_group.command("clear")
@@ -221,10 +221,7 @@ def state_export(ctx: click.Context, pattern: str | None, meltano: bool, **kw: A
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
     count = 0
     if meltano:
-        doc = {
-            i: {"completed": {"singer_state": v}, "partial": {}}
-            for i, v in ops.export_states(store, pattern)
-        }
+        doc = {i: state.meltano_document(v) for i, v in ops.export_states(store, pattern)}
         count = len(doc)
         out(orjson.dumps(doc) + b"\n")
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -104,12 +104,12 @@ def list_snapshots(store: BlobStore, state_id: str) -> list[Snapshot]:
 
 
 def _parse_time(text: str) -> datetime:
-    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=timezone.utc)
+    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
 
 
 def _next_time(names: list[str]) -> datetime:
     """Now, or just after the newest snapshot if clocks disagree, so names keep sorting by time."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     if names:
         newest = _parse_time(names[-1].split("-", 1)[0])
         if now <= newest:

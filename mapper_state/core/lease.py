@@ -18,7 +18,8 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import orjson
 
@@ -27,6 +28,19 @@ from mapper_state.errors import LeaseBusy, LeaseLost
 from mapper_state.stores.base import Blob, BlobStore, PreconditionFailed, StoreError
 
 LEASE_FILE = "mapper-state.lease.json"
+
+
+class LeaseTiming(Protocol):
+    """What a lease takes from the settings: its TTL, poll interval and wait time."""
+
+    @property
+    def lock_timeout(self) -> float: ...
+
+    @property
+    def lock_retry(self) -> float: ...
+
+    @property
+    def lock_wait(self) -> float: ...
 
 
 def lease_key(state_id: str) -> str:
@@ -39,7 +53,7 @@ def skew_allowance(ttl: float) -> float:
 
 
 def format_time(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,20 @@ class Lease:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+
+    @classmethod
+    def for_settings(
+        cls, store: BlobStore, state_id: str, settings: LeaseTiming, **kwargs: Any
+    ) -> Lease:
+        """A lease with the TTL, poll interval and wait time the settings give."""
+        return cls(
+            store,
+            state_id,
+            ttl=settings.lock_timeout,
+            retry=settings.lock_retry,
+            wait=settings.lock_wait,
+            **kwargs,
+        )
 
     # -- acquire -------------------------------------------------------------------
     def _fresh_record(self, now: float) -> LeaseRecord:

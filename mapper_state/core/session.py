@@ -12,34 +12,53 @@ import time
 from typing import Any
 
 from mapper_state import log, signals
-from mapper_state.core import state
+from mapper_state.core import history, state
 from mapper_state.core.checkpoint import Checkpointer
 from mapper_state.core.lease import Lease
-from mapper_state.errors import LeaseLost
-from mapper_state.meltano import env as meltano
-from mapper_state.meltano import keeper
+from mapper_state.errors import ConfigError, LeaseLost
 from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import BlobStore, StoreError
 
 
+class RunHooks:
+    """Where an orchestrator's rules plug into a run (Meltano's, see ``mapper_state.meltano``).
+
+    The defaults are a plain run's: no extra message for a missing state ID, the
+    ``lock_only`` setting as given, no check of the prior state, and a lease released
+    at the end by the run itself.
+    """
+
+    def missing_state_id(self) -> ConfigError | None:
+        """The error to raise when no state ID is set, if a more helpful one is known."""
+        return None
+
+    def lock_only(self, settings: Settings) -> bool:
+        """Hold the lease but leave ``state.json`` to another writer?"""
+        return bool(settings["lock_only"])
+
+    def check_prior(self, settings: Settings, prior: state.StateSnapshot, where: str) -> None:
+        """Refuse the run (raise) when the prior state is not the one the tap was given."""
+
+    def hand_over(self, lease: Lease, settings: Settings) -> bool:
+        """After a finished run: hand the lease to someone else? ``True`` if it was."""
+        return False
+
+
 class Session:
     """Use as a context manager; commit with :meth:`offer`, end with :meth:`finish`."""
 
-    def __init__(self, settings: Settings, store: BlobStore | None = None) -> None:
+    def __init__(
+        self, settings: Settings, store: BlobStore | None = None, hooks: RunHooks | None = None
+    ) -> None:
         self.settings = settings
-        if not (settings.state_id or "").strip() and (missing := meltano.missing_state_id()):
+        self.hooks = hooks or RunHooks()
+        if not (settings.state_id or "").strip() and (missing := self.hooks.missing_state_id()):
             raise missing
         self.state_id = state.validate_state_id(settings.state_id)
         self.store = store or open_configured_store(settings)
-        self.lease = Lease(
-            self.store,
-            self.state_id,
-            ttl=settings.lock_timeout,
-            retry=settings.lock_retry,
-            wait=settings.lock_wait,
-        )
-        self.lock_only = meltano.lock_only(settings)
+        self.lease = Lease.for_settings(self.store, self.state_id, settings)
+        self.lock_only = self.hooks.lock_only(settings)
         self.dry_run = bool(settings["dry_run"])
         self.prior: state.StateSnapshot | None = None
         self._version: str | None = None
@@ -54,7 +73,7 @@ class Session:
         try:
             self.lease.acquire()
             self.prior = state.load(self.store, self.state_id)
-            meltano.check_handed_state(self.settings, self.prior, self.store.display_uri)
+            self.hooks.check_prior(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
                 self._version = self.prior.version
                 self._stored = self.prior.value
@@ -122,8 +141,6 @@ class Session:
         wrote = self.checkpointer.finish()
         self.finished = True
         if self.writes and self.settings["history_keep"]:
-            from mapper_state.core import history
-
             try:
                 history.record(
                     self.store,
@@ -137,8 +154,8 @@ class Session:
         return wrote
 
     def release(self) -> None:
-        if self.finished and keeper.hand_over_lease(self.lease, self.settings):
-            return  # a Meltano mapping: held until Meltano has written its state
+        if self.finished and self.hooks.hand_over(self.lease, self.settings):
+            return  # e.g. a Meltano mapping: held until Meltano has written its state
         try:
             self.lease.release()
         except StoreError as exc:

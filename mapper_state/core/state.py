@@ -59,27 +59,43 @@ class StateSnapshot:
         return self.version is not None
 
 
-def encode_document(value: Any) -> bytes:
-    """Meltano's document for a Singer state value."""
-    return orjson.dumps({"completed": {"singer_state": value}, "partial": {}})
+def meltano_document(value: Any) -> dict[str, Any]:
+    """Meltano's document for a Singer state value: ``{"completed": {"singer_state": ...}, ...}``."""
+    return {"completed": {"singer_state": value}, "partial": {}}
 
 
-def decode_document(data: bytes, where: str) -> Any:
-    """The effective Singer state in a Meltano document: ``partial`` merged over ``completed``."""
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise StoreError(f"{where} is not valid JSON; fix or clear it") from None
+def singer_state(doc: Any) -> Any:
+    """The effective Singer state in a Meltano document: ``partial`` merged over ``completed``.
+
+    Raises ``ValueError`` when ``doc`` is not such a document.
+    """
     if not isinstance(doc, dict):
-        raise StoreError(f"{where} does not hold a state document")
+        raise ValueError("not a JSON object")
     completed = doc.get("completed") or {}
     partial = doc.get("partial") or {}
     if not isinstance(completed, dict) or not isinstance(partial, dict):
-        raise StoreError(f"{where} does not hold a state document")
+        raise ValueError("completed and partial must be objects")
     value = completed.get("singer_state")
     if "singer_state" in partial:
         value = deep_merge(value, partial["singer_state"])
     return value
+
+
+def encode_document(value: Any) -> bytes:
+    """The bytes of Meltano's document for a Singer state value."""
+    return orjson.dumps(meltano_document(value))
+
+
+def decode_document(data: bytes, where: str) -> Any:
+    """The effective Singer state in the bytes of a Meltano document."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise StoreError(f"{where} is not valid JSON; fix or clear it") from None
+    try:
+        return singer_state(doc)
+    except ValueError:
+        raise StoreError(f"{where} does not hold a state document") from None
 
 
 def load(store: BlobStore, state_id: str) -> StateSnapshot:

@@ -1,6 +1,6 @@
 """The Singer SDK face: ``--about`` in the formats Meltano and its users expect.
 
-The settings schema is generated from :data:`mapper_state.settings.SETTINGS`, so it
+The settings schema is generated from the settings catalog (:func:`mapper_state.config.catalog`), so it
 never drifts from what the settings parser accepts. The SDK's own about formatters
 render JSON and Markdown; it is imported only here, when ``--about`` is asked for.
 """
@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from mapper_state import __version__
-from mapper_state.settings import SETTINGS, SettingSpec
+from mapper_state.config import catalog
+from mapper_state.settings import SettingSpec
 
 NAME = "mapper-state"
 DESCRIPTION = (
@@ -37,7 +38,7 @@ def _property(spec: SettingSpec) -> dict[str, Any]:
 def settings_schema() -> dict[str, Any]:
     """A JSON schema of every setting, nested by dotted name as Meltano nests config."""
     root: dict[str, Any] = {"type": "object", "properties": {}}
-    for spec in SETTINGS:
+    for spec in catalog():
         node = root
         *parents, leaf = spec.name.split(".")
         for part in parents:
@@ -50,7 +51,7 @@ def settings_schema() -> dict[str, Any]:
 
 def about_text() -> str:
     lines = [f"Name: {NAME}", f"Description: {DESCRIPTION}", f"Version: {__version__}", "Settings:"]
-    for spec in SETTINGS:
+    for spec in catalog():
         default = "" if spec.default is None or spec.secret else f" (default: {spec.default})"
         secret = " [secret]" if spec.secret else ""
         lines.append(f"  - {spec.name}: {spec.kind}{secret}{default}")

@@ -1,4 +1,4 @@
-"""Everything Meltano-specific: running as a mapping inside ``meltano run``.
+"""Meltano's environment: what ``meltano run`` tells a mapping, and its store URIs read as Meltano reads them.
 
 What Meltano 4.4.1 gives a mapper (observed on real runs, see docs/real-tools.md):
 
@@ -11,42 +11,26 @@ What Meltano 4.4.1 gives a mapper (observed on real runs, see docs/real-tools.md
   but nothing about the loader, so Meltano's state ID
   (``<environment>:<extractor>-to-<loader>``) cannot be derived: the mapping names it.
 
-Meltano reads ``state.json`` before it starts any plugin, hands it to the tap in
-``<MELTANO_SYS_DIR_ROOT>/run/<extractor>/state.json`` and writes the state the target
-confirms after the mapper has exited. Hence, in a mapping run:
-
-- when mapper-state's store and ID are the ones Meltano writes
-  (:func:`meltano_owns_state`) it only guards the run (``lock_only``);
-- after a successful run the lease is handed to a small keeper process that holds it
-  until Meltano itself exits (after its final state write), see :mod:`mapper_state.meltano.keeper`;
-- after taking the lease it checks that the state Meltano handed the tap is still the
-  stored one (:func:`check_handed_state`): if another run finished in between, this run
-  would start from a stale bookmark.
-
-This module imports nothing heavy (it is imported by ``config``).
+:data:`SOURCE` hands these to the settings loader as its lowest-priority source
+(:class:`mapper_state.settings.SettingsSource`); the rules Meltano's runs follow
+are in :mod:`mapper_state.meltano.policy`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from mapper_state.errors import ConfigError, LeaseLost
-from mapper_state.stores import split_uri
-
-if TYPE_CHECKING:
-    from mapper_state.core.state import StateSnapshot
-    from mapper_state.settings import Settings
+from mapper_state.config import catalog
+from mapper_state.errors import ConfigError
+from mapper_state.settings import SettingSpec
+from mapper_state.stores import split_uri, store_types
 
 SYSTEMDB = "systemdb"
 BACKEND_URI_VAR = "MELTANO_STATE_BACKEND_URI"
-# Meltano's state backend settings -> ours (Meltano's own names where they differ).
-_BACKEND_ALIASES = {
-    "state_backend.gcs.application_credentials": "state_backend.gcs.application_credentials_path",
-}
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -152,22 +136,32 @@ def _uri_credentials(uri: str) -> dict[str, str]:
     return found
 
 
-def backend_settings(env: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
+def _aliases() -> dict[str, str]:
+    """Meltano's names of store settings, where they differ from ours: ``{meltano: ours}``."""
+    return {
+        f"state_backend.{store.section}.{theirs}": f"state_backend.{store.section}.{ours}"
+        for store in store_types()
+        for theirs, ours in store.meltano_aliases.items()
+    }
+
+
+def backend_settings(
+    env: Mapping[str, str] | None = None, specs: Sequence[SettingSpec] | None = None
+) -> dict[str, tuple[Any, str]]:
     """Meltano's ``MELTANO_STATE_BACKEND_*`` variables as our settings: ``{name: (value, var)}``.
 
     The lowest-priority source of the ``state_backend.*`` settings. ``systemdb`` (Meltano's
     database, the default) is not a store of ours and is ignored. The URI is kept as
     Meltano spells it; :func:`resolve_uri` reads it as Meltano does if it is the one used.
     """
-    from mapper_state.settings import SETTINGS
-
     env = _env(env)
+    specs = catalog() if specs is None else specs
     found: dict[str, tuple[Any, str]] = {}
-    for alias, name in _BACKEND_ALIASES.items():
+    for alias, name in _aliases().items():
         var = "MELTANO_" + alias.upper().replace(".", "_")
         if env.get(var):
             found[name] = (env[var], var)
-    for spec in SETTINGS:
+    for spec in specs:
         var = spec.meltano_env_var
         if var and env.get(var):
             found[spec.name] = (env[var], var)
@@ -218,100 +212,16 @@ def store_identity(uri: str, cwd: str | None = None) -> tuple[str, ...]:
     return (scheme, bucket, "/".join(p for p in prefix.split("/") if p))
 
 
-# -- the state Meltano writes --------------------------------------------------------
+class MeltanoSource:
+    """Meltano's ``MELTANO_STATE_BACKEND_*`` variables and URI rules, as a settings source."""
+
+    def values(
+        self, specs: Sequence[SettingSpec], env: Mapping[str, str]
+    ) -> dict[str, tuple[Any, str]]:
+        return backend_settings(env, specs)
+
+    def resolve_uri(self, uri: str, source: str, env: Mapping[str, str]) -> str:
+        return resolve_uri(uri, source, env)
 
 
-def meltano_owns_state(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
-    """Is mapper-state's state the one Meltano writes (same store, Meltano's state ID)?
-
-    Meltano's ID is ``<environment>:<extractor>-to-<loader>``; the loader is not known
-    to a mapper, so any ID with this run's ``<environment>:<extractor>-to-`` prefix counts.
-    """
-    env = _env(env)
-    run = MeltanoRun.from_env(env)
-    meltano_uri = env.get(BACKEND_URI_VAR, "").strip()
-    if run is None or not meltano_uri or meltano_uri.lower() == SYSTEMDB:
-        return False
-    prefix = run.state_id_prefix()
-    if not (prefix and settings.state_id and settings.state_id.startswith(prefix)):
-        return False
-    try:
-        meltanos = from_meltano_uri(meltano_uri)
-    except ConfigError:
-        return False  # a URI Meltano cannot use: it keeps no state there
-    return store_identity(meltanos) == store_identity(settings.uri)
-
-
-def lock_only(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
-    """The ``lock_only`` setting, defaulting to :func:`meltano_owns_state`."""
-    from mapper_state import log
-
-    explicit = settings["lock_only"]
-    owned = meltano_owns_state(settings, env)
-    if explicit is None:
-        if owned:
-            log.info(
-                f"{settings.state_id} is Meltano's own state: holding its lease for the run "
-                "and leaving state.json to Meltano (lock_only)"
-            )
-        return owned
-    if owned and not explicit:
-        log.warning(
-            f"lock_only is off but {settings.state_id} in this store is Meltano's own state: "
-            "both will write it, and a state Meltano writes during the run makes mapper-state's "
-            "next write fail; leave lock_only unset to let Meltano write it alone"
-        )
-    return bool(explicit)
-
-
-def missing_state_id(env: Mapping[str, str] | None = None) -> ConfigError | None:
-    """In a Meltano mapping without ``state_id``: the error saying what to add to meltano.yml."""
-    run = MeltanoRun.from_env(env)
-    if run is None:
-        return None
-    prefix = run.state_id_prefix() or "<environment>:<extractor>-to-"
-    mapper = f"the mapper {run.mapper}" if run.mapper else "the mapper"
-    return ConfigError(
-        f"setting state_id is missing in the Meltano mapping {run.mapping}; add to meltano.yml: "
-        f"mappings: - name: {run.mapping} config: state_id: {prefix}<loader> (under {mapper}, "
-        "with your loader's name: Meltano does not tell a mapper which loader follows)"
-    )
-
-
-def check_handed_state(
-    settings: Settings, prior: StateSnapshot, where: str, env: Mapping[str, str] | None = None
-) -> None:
-    """Refuse a run whose tap got an older state than the one stored now.
-
-    Meltano reads the state before the mapper starts (and takes the lease): if another
-    run of the pipeline wrote its final state in between, the tap is resuming from a
-    stale bookmark and would load the same rows again. Only checked when the store and
-    ID are Meltano's and Meltano handed the tap a state file.
-    """
-    run = MeltanoRun.from_env(env)
-    if run is None or not meltano_owns_state(settings, env):
-        return
-    if _env(env).get("MELTANO_EXTRACT__STATE"):  # the tap got a state file of the user's
-        return
-    path = run.handed_state_path()
-    if not path:
-        return
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return  # no state handed over: a first run or --full-refresh
-    import orjson
-
-    try:
-        handed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return
-    if handed == prior.value:
-        return
-    raise LeaseLost(
-        f"the state Meltano handed {run.extractor} is not the state of {settings.state_id} "
-        f"in {where} now: another run of this pipeline wrote its state after Meltano read it "
-        "(run again to resume from it), or state_id is not this pipeline's Meltano state ID "
-        f"({run.state_id_prefix() or ''}<loader>)"
-    )
+SOURCE = MeltanoSource()

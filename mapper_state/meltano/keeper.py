@@ -12,13 +12,23 @@ after its TTL like any crashed holder's.
 from __future__ import annotations
 
 import os
+import select
+import signal
 import sys
+import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from mapper_state.core.lease import Lease
+import orjson
+
+from mapper_state import log
+from mapper_state.config import settings_from_values
+from mapper_state.core.lease import Lease, LeaseRecord
+from mapper_state.errors import MapperStateError
 from mapper_state.meltano import env as meltano
 from mapper_state.settings import Settings
+from mapper_state.stores import open_configured_store
 
 KEEP_LEASE_ARG = "keep-lease"
 
@@ -37,11 +47,6 @@ def hand_over_lease(lease: Lease, settings: Settings, env: Mapping[str, str] | N
     parent = os.getppid()
     if run is None or parent <= 1 or lease.record is None or lease.version is None:
         return False
-    import orjson
-
-    from mapper_state import log
-    from mapper_state.errors import MapperStateError
-
     pidfd = None
     if hasattr(os, "pidfd_open"):
         try:
@@ -101,8 +106,6 @@ def hand_over_lease(lease: Lease, settings: Settings, env: Mapping[str, str] | N
 
 def _wait_for_exit(pid: int, pidfd: int | None, stop: Any) -> None:
     """Return when process ``pid`` has ended, or ``stop`` (an Event) is set."""
-    import select
-
     if pidfd is not None:
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
@@ -122,19 +125,8 @@ def _wait_for_exit(pid: int, pidfd: int | None, stop: Any) -> None:
 
 def _keep_lease() -> int:
     """The keeper: renew the handed-over lease until Meltano exits, then release it."""
-    import signal
-    import threading
-    from dataclasses import replace
-
-    import orjson
-
-    from mapper_state.core.lease import Lease, LeaseRecord
-    from mapper_state.errors import MapperStateError
-    from mapper_state.settings import Settings
-    from mapper_state.stores import open_configured_store
-
     payload = orjson.loads(sys.stdin.buffer.read())
-    settings = Settings(payload["settings"])
+    settings = settings_from_values(payload["settings"])
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
@@ -149,12 +141,8 @@ def _keep_lease() -> int:
     )
     try:
         store = open_configured_store(settings)
-        lease = Lease(
-            store,
-            payload["state_id"],
-            ttl=settings.lock_timeout,
-            run_id=payload["run_id"],
-            command=record.command,
+        lease = Lease.for_settings(
+            store, payload["state_id"], settings, run_id=payload["run_id"], command=record.command
         )
         lease.record = record
         lease.version = payload["version"]

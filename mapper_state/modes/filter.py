@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from mapper_state import log, signals
-from mapper_state.core.session import Session
+from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import BadInput, ConfigError, DownstreamClosed, ExitCode
 from mapper_state.settings import Settings
 from mapper_state.stream import handoff
@@ -33,6 +33,7 @@ def run_filter(
     settings: Settings,
     *,
     state_file: str | None = None,
+    hooks: RunHooks | None = None,
     after_target: bool = False,
     input_path: str | None = None,
 ) -> int:
@@ -46,7 +47,7 @@ def run_filter(
     session: Session | None = None
     with signals.raising(wake=lambda: session.check() if session else None):
         try:
-            session = Session(settings)
+            session = Session(settings, hooks=hooks)
             session.__enter__()
         except BaseException:
             if state_file:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from mapper_state import log, signals
-from mapper_state.core.session import Session
+from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
 from mapper_state.settings import Settings
 from mapper_state.stream.pump import CHUNK, LineScanner, enlarge_pipe, pump
@@ -181,10 +181,10 @@ def _progress_line(progress: Progress, session: Session, stop: threading.Event) 
     sys.stderr.write("\n")
 
 
-def run_pipeline(settings: Settings) -> int:
+def run_pipeline(settings: Settings, hooks: RunHooks | None = None) -> int:
     """Run tap | target under the lease; return the exit code (README, exit codes)."""
     tap_cmd, target_cmd = command_line(settings, "tap"), command_line(settings, "target")
-    session = Session(settings)
+    session = Session(settings, hooks=hooks)
     with (
         # SIGTERM before the children run still releases the lease; a lost lease stops all
         signals.raising(wake=session.check),

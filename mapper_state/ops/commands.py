@@ -33,6 +33,7 @@ from mapper_state.errors import (
     MapperStateError,
     StateNotFound,
 )
+from mapper_state.settings import Settings
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
 RESERVED_PREFIX = ".mapper-state"
@@ -53,7 +54,7 @@ class Guard:
     history_keep: int
 
     @classmethod
-    def from_settings(cls, settings: Any) -> Guard:
+    def from_settings(cls, settings: Settings) -> Guard:
         return cls(
             ttl=settings.lock_timeout,
             retry=settings.lock_retry,
@@ -61,8 +62,20 @@ class Guard:
             history_keep=settings["history_keep"],
         )
 
+    @property
+    def lock_timeout(self) -> float:
+        return self.ttl
+
+    @property
+    def lock_retry(self) -> float:
+        return self.retry
+
+    @property
+    def lock_wait(self) -> float:
+        return self.wait
+
     def lease(self, store: BlobStore, state_id: str) -> Lease:
-        return Lease(store, state_id, ttl=self.ttl, retry=self.retry, wait=self.wait)
+        return Lease.for_settings(store, state_id, self)
 
 
 def is_reserved(state_id: str) -> bool:
@@ -203,6 +216,10 @@ def _write(
         value = compute(snapshot)
         _commit(store, lease, snapshot, value, guard, note)
     return value
+
+
+#: ``set_state`` or ``merge_state``: ``(store, state_id, value, guard)``.
+Writer = Callable[[BlobStore, str, Any, Guard], Any]
 
 
 def set_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> None:
@@ -371,11 +388,10 @@ def _meltano_export(doc: Any) -> bool:
 def _from_meltano_export(doc: dict[str, Any]) -> list[tuple[int, Any]]:
     docs: list[tuple[int, Any]] = []
     for state_id, entry in doc.items():
-        completed = entry.get("completed") or {}
-        partial = entry.get("partial") or {}
-        value = completed.get("singer_state") if isinstance(completed, dict) else None
-        if isinstance(partial, dict) and "singer_state" in partial:
-            value = state.deep_merge(value, partial["singer_state"])
+        try:
+            value = state.singer_state(entry)
+        except ValueError:
+            value = None
         if value is None:
             log.warning(f"skipping {state_id}: Meltano's export holds no state for it")
             continue

@@ -1,32 +1,57 @@
-"""Choose a store by URI scheme; third-party stores register through an entry-point group.
+"""The registry of stores: which module opens which URI scheme, and every store's settings.
 
-A store module exposes ``from_uri(location, options) -> BlobStore`` where
-``location`` is the URI without its ``scheme://`` and ``options`` are the
-``state_backend.<scheme>.*`` settings. Modules are imported only when their
-scheme is used, so the cloud SDKs cost nothing to a local run.
+Built-in stores are listed in :data:`BUILTIN`; third-party stores register a
+:class:`~mapper_state.stores.base.StoreType` through the ``mapper_state.stores``
+entry-point group (a plain ``from_uri(location, options)`` callable is accepted too,
+as a store with no settings). A store's declaration is imported to list its
+settings; its implementation (and its SDK) only when its scheme is used, so the
+cloud SDKs cost nothing to a local run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import BlobStore
+from mapper_state.settings import SettingSpec
+from mapper_state.stores.base import BlobStore, Opener, StoreType
 
 ENTRY_POINT_GROUP = "mapper_state.stores"
+#: The modules whose ``STORE`` declares a built-in store.
+BUILTIN = (
+    "mapper_state.stores.file",
+    "mapper_state.stores.memory",
+    "mapper_state.stores.s3",
+    "mapper_state.stores.azure",
+    "mapper_state.stores.gcs",
+)
 
-# scheme -> (module, settings section, extra to install)
-BUILTIN_SCHEMES: dict[str, tuple[str, str, str | None]] = {
-    "file": ("mapper_state.stores.file", "file", None),
-    "memory": ("mapper_state.stores.memory", "memory", None),
-    "s3": ("mapper_state.stores.s3", "s3", "s3"),
-    "azure": ("mapper_state.stores.azure", "azure", "azure"),
-    "az": ("mapper_state.stores.azure", "azure", "azure"),
-    "gs": ("mapper_state.stores.gcs", "gcs", "gcs"),
-    "gcs": ("mapper_state.stores.gcs", "gcs", "gcs"),
-}
+
+@functools.cache
+def store_types() -> tuple[StoreType, ...]:
+    """Every store: the built-in ones, then those registered through the entry-point group."""
+    found = [importlib.import_module(name).STORE for name in BUILTIN]
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        loaded = ep.load()
+        if isinstance(loaded, StoreType):
+            found.append(loaded)
+        elif callable(loaded):
+            found.append(StoreType(section=ep.name, schemes=(ep.name,), opener=loaded))
+    return tuple(found)
+
+
+def store_settings() -> tuple[SettingSpec, ...]:
+    """Every store's settings, by their full names ``state_backend.<section>.<name>``."""
+    return tuple(
+        dataclasses.replace(spec, name=f"state_backend.{store.section}.{spec.name}")
+        for store in store_types()
+        for spec in store.settings
+    )
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -40,27 +65,35 @@ def split_uri(uri: str) -> tuple[str, str]:
     return scheme.lower(), location
 
 
-def open_store(uri: str, options_for: dict[str, dict[str, Any]] | None = None) -> BlobStore:
-    """The store a ``state_backend.uri`` names, configured with its scheme's settings."""
-    scheme, location = split_uri(uri)
-    options_for = options_for or {}
-    if scheme in BUILTIN_SCHEMES:
-        module_name, section, extra = BUILTIN_SCHEMES[scheme]
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            hint = f" (pip install 'mapper-state[{extra}]')" if extra else ""
-            raise ConfigError(
-                f"state_backend.uri uses {scheme}:// but its library is missing: {exc.name}{hint}"
-            ) from None
-        return module.from_uri(location, options_for.get(section, {}))
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == scheme:
-            return ep.load()(location, options_for.get(scheme, {}))
-    known = ", ".join(
-        sorted({*BUILTIN_SCHEMES, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
-    )
+def store_type(scheme: str) -> StoreType:
+    """The store that serves ``scheme``; an unknown scheme is a config error."""
+    for store in store_types():
+        if scheme in store.schemes:
+            return store
+    known = ", ".join(sorted({s for store in store_types() for s in store.schemes}))
     raise ConfigError(f"state_backend.uri has an unknown scheme {scheme}:// (known: {known})")
+
+
+def _opener(store: StoreType, scheme: str) -> Opener:
+    if not isinstance(store.opener, str):
+        return store.opener
+    module_name, _, function = store.opener.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f" (pip install 'mapper-state[{store.extra}]')" if store.extra else ""
+        raise ConfigError(
+            f"state_backend.uri uses {scheme}:// but its library is missing: {exc.name}{hint}"
+        ) from None
+    opener: Opener = getattr(module, function)
+    return opener
+
+
+def open_store(uri: str, options_for: Mapping[str, Mapping[str, Any]] | None = None) -> BlobStore:
+    """The store a ``state_backend.uri`` names, configured with its section's settings."""
+    scheme, location = split_uri(uri)
+    store = store_type(scheme)
+    return _opener(store, scheme)(location, (options_for or {}).get(store.section, {}))
 
 
 def open_configured_store(settings: Any) -> BlobStore:
@@ -70,8 +103,7 @@ def open_configured_store(settings: Any) -> BlobStore:
     TTL, so that a renewal stuck in retries cannot outlive the lease it renews.
     """
     store = open_store(
-        settings.uri,
-        {section: settings.backend_options(section) for section in ("s3", "azure", "gcs")},
+        settings.uri, {s.section: settings.section(s.section) for s in store_types()}
     )
     if hasattr(store, "retry_deadline_seconds"):
         store.retry_deadline_seconds = min(store.retry_deadline_seconds, settings.lock_timeout / 3)

@@ -31,11 +31,12 @@ Checklist for writing a new store (see ``file.py`` for a small one):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from mapper_state.errors import ExitCode, MapperStateError
+from mapper_state.settings import SettingSpec
 
 
 class StoreError(MapperStateError):
@@ -113,3 +114,29 @@ def landed_version(store: BlobStore, key: str, data: bytes, retried: bool) -> st
 def join_key(*parts: str) -> str:
     """Join key parts with exactly one ``/`` between them and none at either end."""
     return "/".join(p.strip("/") for p in parts if p.strip("/"))
+
+
+#: ``open(location, options)``: the URI without its ``scheme://`` and the store's settings.
+Opener = Callable[[str, Mapping[str, Any]], BlobStore]
+
+
+@dataclass(frozen=True)
+class StoreType:
+    """What a store module declares: its URI schemes, its settings and how to open it.
+
+    ``settings`` use short names (``region``); they become ``state_backend.<section>.<name>``
+    settings, with ``MAPPER_STATE_STATE_BACKEND__<SECTION>__<NAME>`` variables, entries in
+    ``--about`` and ``meltano.yml``, and Meltano's ``MELTANO_STATE_BACKEND_<SECTION>_<NAME>``.
+    ``opener`` is ``"module:function"``, imported only when one of the schemes is used,
+    so a store's SDK costs nothing to a run on another store.
+    """
+
+    section: str
+    schemes: tuple[str, ...]
+    opener: str | Opener
+    description: str = ""
+    settings: tuple[SettingSpec, ...] = ()
+    #: The extra to install for the store's library: ``pip install 'mapper-state[<extra>]'``.
+    extra: str | None = None
+    #: Meltano's names for some settings, where they differ from ours: ``{meltano: ours}``.
+    meltano_aliases: Mapping[str, str] = field(default_factory=dict)

@@ -14,14 +14,17 @@ import fcntl
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+from mapper_state.fdio import write_all
 from mapper_state.stores.base import (
     Blob,
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
+    StoreType,
     check_key,
 )
 
@@ -96,9 +99,7 @@ class FileStore:
             raise StoreAccessDenied(f"cannot write in {path.parent}: permission denied") from exc
         try:
             os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fsync(fd)
             st = os.fstat(fd)
         except OSError as exc:
@@ -198,6 +199,14 @@ class FileStore:
                     yield key
 
 
-def from_uri(location: str, options: dict[str, object]) -> FileStore:
+def from_uri(location: str, options: Mapping[str, Any]) -> FileStore:
     """``file:///abs/path`` gives ``/abs/path``; ``file://rel/path`` a path relative to the cwd."""
     return FileStore(os.path.expanduser(location) or ".")
+
+
+STORE = StoreType(
+    section="file",
+    schemes=("file",),
+    opener=from_uri,
+    description="`file:///abs/path` or `file://relative/path`: a local directory (the default).",
+)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 from urllib.parse import parse_qs
 
-from mapper_state.stores.base import Blob, PreconditionFailed
+from mapper_state.stores.base import Blob, PreconditionFailed, StoreType
 
 _STORES: dict[str, MemoryStore] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -94,7 +95,7 @@ class MemoryStore:
         yield from keys
 
 
-def from_uri(location: str, options: dict[str, object]) -> MemoryStore:
+def from_uri(location: str, options: Mapping[str, Any]) -> MemoryStore:
     name, _, query = location.partition("?")
     params = parse_qs(query)
     ignore = params.get("ignore_conditions", ["false"])[-1].lower() in ("1", "true", "yes")
@@ -104,3 +105,12 @@ def from_uri(location: str, options: dict[str, object]) -> MemoryStore:
         if store is None:
             store = _STORES[location] = MemoryStore(name, ignore_conditions=ignore, latency=latency)
         return store
+
+
+STORE = StoreType(
+    section="memory",
+    schemes=("memory",),
+    opener=from_uri,
+    description="`memory://name`: in this process only, for tests "
+    "(`?ignore_conditions=true`, `?latency_ms=N`).",
+)

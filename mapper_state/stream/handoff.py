@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from mapper_state.errors import ConfigError
+from mapper_state.fdio import write_all
 
 OPEN_POLL_SECONDS = 0.02
 
@@ -80,9 +81,7 @@ class PipeHandoff:
             if fd is None:
                 return
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_all(fd, data)
             except OSError:
                 pass  # the tap went away: its own exit status tells the story
             finally:

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from mapper_state.errors import DownstreamClosed
+from mapper_state.fdio import write_all
 
 CHUNK = 1 << 20
 PIPE_SIZE = 1 << 20
@@ -55,11 +56,10 @@ def enlarge_pipe(fd: int) -> None:
         pass  # not Linux, or over /proc/sys/fs/pipe-max-size: keep the default
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
+def write_downstream(fd: int, data: bytes | memoryview) -> None:
+    """Write all of ``data`` to the target; a closed pipe is :class:`DownstreamClosed`."""
     try:
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
     except BrokenPipeError:
         raise DownstreamClosed("the target closed its input before the stream ended") from None
     except OSError as exc:
@@ -209,7 +209,7 @@ def pump(
         n = readinto(buffer)
         if not n:
             break
-        write_all(dst_fd, view[:n])
+        write_downstream(dst_fd, view[:n])
         stats.bytes += n
         stats.chunks += 1
         feed(buffer, n)

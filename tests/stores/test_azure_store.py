@@ -12,7 +12,7 @@ from azure.storage.blob import BlobServiceClient
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.azure import from_uri
+from mapper_state.stores.azure.store import from_uri
 from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
 from tests.contract.lease_contract import LeaseContract
 from tests.contract.store_contract import StoreContract

@@ -20,7 +20,7 @@ from google.cloud import storage
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
-from mapper_state.stores.gcs import from_uri
+from mapper_state.stores.gcs.store import from_uri
 from tests.contract.lease_contract import LeaseContract
 from tests.contract.store_contract import StoreContract
 from tests.servers import FlakyProxy, StoreLocation, free_port

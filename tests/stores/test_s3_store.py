@@ -15,7 +15,7 @@ import pytest
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
-from mapper_state.stores.s3 import from_uri
+from mapper_state.stores.s3.store import from_uri
 from tests.contract.lease_contract import LeaseContract
 from tests.contract.store_contract import StoreContract
 from tests.servers import Emulator, FlakyProxy, StoreLocation, free_port

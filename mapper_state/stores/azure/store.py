@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
@@ -34,18 +34,9 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-    check_key,
-    join_key,
-    landed_version,
-)
-from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
-
-T = TypeVar("T")
+from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.cloud import CloudStore, Page, split_location
+from mapper_state.stores.retry import RetryStats
 
 _SETTING = "state_backend.azure."
 _MISSING_CONTAINER = "ContainerNotFound"
@@ -66,70 +57,51 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-class AzureBlobStore:
+class AzureBlobStore(CloudStore):
     """Blobs under ``prefix`` in one container; keys are relative to the prefix."""
 
-    def __init__(
-        self,
-        container: ContainerClient,
-        prefix: str = "",
-        *,
-        retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
-        page_size: int | None = None,
-    ) -> None:
+    scheme = "azure"
+
+    def __init__(self, container: ContainerClient, prefix: str = "", **kwargs: Any) -> None:
+        super().__init__(container.container_name, prefix, **kwargs)
         self.container = container
-        self.prefix = join_key(*prefix.split("/"))
-        self.retry_deadline_seconds = retry_deadline_seconds
-        self.page_size = page_size  # keys per list request; None: the service's default
 
-    @property
-    def display_uri(self) -> str:
-        return f"azure://{join_key(self.container.container_name, self.prefix)}"
+    def _is_transient(self, exc: BaseException) -> bool:
+        return _is_transient(exc)
 
-    def _key(self, key: str) -> str:
-        return join_key(self.prefix, check_key(key))
-
-    def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
-        """Run one request with retries; turn a permanent failure into a store error."""
-        stats = stats or RetryStats()
-        where = f"{self.display_uri}/{key}" if key else self.display_uri
-        try:
-            return retrying(
-                fn,
-                is_transient=_is_transient,
-                what=f"{op} {where}",
-                stats=stats,
-                deadline_seconds=self.retry_deadline_seconds,
-            )
-        except ClientAuthenticationError as exc:
-            raise StoreAccessDenied(
+    def _store_error(
+        self, exc: Exception, op: str, where: str, stats: RetryStats
+    ) -> StoreError | None:
+        if isinstance(exc, ClientAuthenticationError):
+            return StoreAccessDenied(
                 f"Azure refused {op} of {where}: {type(exc).__name__}{_code(exc)} "
                 f"(check {_SETTING}connection_string or the Azure credential's role)"
-            ) from None
-        except ResourceNotFoundError as exc:
+            )
+        if isinstance(exc, ResourceNotFoundError):
             if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
-                raise self._missing_container() from None
-            raise StoreError(f"Azure {op} of {where} failed: not found{_code(exc)}") from None
-        except (ServiceRequestError, ServiceResponseError) as exc:
-            raise StoreError(
+                return self._missing_container()
+            return StoreError(f"Azure {op} of {where} failed: not found{_code(exc)}")
+        if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+            return StoreError(
                 f"cannot reach Azure Blob Storage at {self.container.primary_hostname} for {op} "
                 f"of {where}: {type(exc).__name__}{stats.summary()}"
-            ) from None
-        except HttpResponseError as exc:
+            )
+        if isinstance(exc, HttpResponseError):
             if _status(exc) == 403:
-                raise StoreAccessDenied(f"Azure refused {op} of {where}{_code(exc)}") from None
-            raise StoreError(
+                return StoreAccessDenied(f"Azure refused {op} of {where}{_code(exc)}")
+            return StoreError(
                 f"Azure {op} of {where} failed: HTTP {_status(exc)}{_code(exc)}{stats.summary()}"
-            ) from None
-        except AzureError as exc:
-            raise StoreError(f"Azure {op} of {where} failed: {type(exc).__name__}") from None
+            )
+        if isinstance(exc, AzureError):
+            return StoreError(f"Azure {op} of {where} failed: {type(exc).__name__}")
+        return None
 
     def _missing_container(self) -> StoreError:
         name = self.container.container_name
         return StoreError(f"Azure container {name!r} does not exist ({self.display_uri})")
 
     def _write(self, op: str, key: str, data: bytes, **conditions: Any) -> str:
-        blob, stats = self.container.get_blob_client(self._key(key)), RetryStats()
+        blob = self.container.get_blob_client(self._key(key))
 
         def upload() -> str:
             try:
@@ -141,13 +113,7 @@ class AzureBlobStore:
                     raise
                 raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
 
-        try:
-            return self._call(op, key, upload, stats)
-        except PreconditionFailed:
-            version = landed_version(self, key, data, retried=stats.retried)
-            if version is None:
-                raise
-            return version
+        return self._conditional_write(op, key, data, upload)
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:
@@ -197,23 +163,12 @@ class AzureBlobStore:
 
         self._call("delete", key, delete)
 
-    def list(self, prefix: str = "") -> Iterator[str]:
-        root = self.prefix + "/" if self.prefix else ""
-        token: str | None = None
-        while True:
-
-            def page(token: str | None = token) -> tuple[list[str], str | None]:
-                pages = self.container.list_blobs(
-                    name_starts_with=root + prefix, results_per_page=self.page_size
-                ).by_page(continuation_token=token)
-                names = [item.name for item in next(pages, [])]
-                return names, pages.continuation_token
-
-            names, token = self._call("list", prefix, page)
-            for name in names:
-                yield name[len(root) :]
-            if not token:
-                return
+    def _list_page(self, prefix: str, token: str | None) -> Page:
+        pages = self.container.list_blobs(
+            name_starts_with=prefix, results_per_page=self.page_size
+        ).by_page(continuation_token=token)
+        names = [item.name for item in next(pages, [])]
+        return names, pages.continuation_token
 
 
 def _code(exc: BaseException) -> str:
@@ -255,8 +210,6 @@ def _service_client(options: Mapping[str, Any]) -> BlobServiceClient:
 
 def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> AzureBlobStore:
     """``container/prefix`` with the ``state_backend.azure.*`` settings by short name."""
-    container, _, prefix = location.strip("/").partition("/")
-    if not container:
-        raise ConfigError("setting state_backend.uri needs a container: azure://container/prefix")
+    container, prefix = split_location(location, "azure", "container")
     client = _service_client(options)
     return AzureBlobStore(client.get_container_client(container), prefix, **kwargs)

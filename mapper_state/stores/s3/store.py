@@ -15,8 +15,8 @@ harmless because its content is the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -32,18 +32,9 @@ from botocore.exceptions import (
 )
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-    check_key,
-    join_key,
-    landed_version,
-)
-from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
-
-T = TypeVar("T")
+from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.cloud import CloudStore, Page, split_location
+from mapper_state.stores.retry import RetryStats
 
 _SETTING = "state_backend.s3."
 _SSE_VALUES = ("AES256", "aws:kms", "aws:kms:dsse")
@@ -90,8 +81,10 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-class S3Store:
+class S3Store(CloudStore):
     """Objects under ``prefix`` in one bucket; keys are relative to the prefix."""
+
+    scheme = "s3"
 
     def __init__(
         self,
@@ -101,51 +94,36 @@ class S3Store:
         *,
         write_args: Mapping[str, str] | None = None,
         endpoint: str | None = None,
-        retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
-        page_size: int | None = None,
+        **kwargs: Any,
     ) -> None:
+        super().__init__(bucket, prefix, **kwargs)
         self.client = client
         self.bucket = bucket
-        self.prefix = join_key(*prefix.split("/"))
         self.write_args = dict(write_args or {})
         self.endpoint = endpoint or "AWS S3"
-        self.retry_deadline_seconds = retry_deadline_seconds
-        self.page_size = page_size  # keys per list request; None: the service's default
 
-    @property
-    def display_uri(self) -> str:
-        return f"s3://{join_key(self.bucket, self.prefix)}"
+    def _is_transient(self, exc: BaseException) -> bool:
+        return _is_transient(exc)
 
-    def _key(self, key: str) -> str:
-        return join_key(self.prefix, check_key(key))
-
-    def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
-        """Run one S3 request with retries; turn a permanent failure into a store error."""
-        stats = stats or RetryStats()
-        where = f"s3://{self.bucket}/{join_key(self.prefix, key)}"
-        try:
-            return retrying(
-                fn,
-                is_transient=_is_transient,
-                what=f"{op} {where}",
-                stats=stats,
-                deadline_seconds=self.retry_deadline_seconds,
-            )
-        except ClientError as exc:
-            raise self._client_error(exc, op, where) from None
-        except (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError) as exc:
-            raise StoreAccessDenied(
+    def _store_error(
+        self, exc: Exception, op: str, where: str, stats: RetryStats
+    ) -> StoreError | None:
+        if isinstance(exc, ClientError):
+            return self._client_error(exc, op, where)
+        if isinstance(exc, (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)):
+            return StoreAccessDenied(
                 f"no usable AWS credentials for {self.display_uri} ({type(exc).__name__}): set "
                 f"{_SETTING}aws_access_key_id and {_SETTING}aws_secret_access_key, "
                 "or configure the standard AWS credential chain"
-            ) from None
-        except (ConnectionError, HTTPClientError) as exc:
-            raise StoreError(
+            )
+        if isinstance(exc, (ConnectionError, HTTPClientError)):
+            return StoreError(
                 f"cannot reach S3 at {self.endpoint} for {op} of {where}: "
                 f"{type(exc).__name__}{stats.summary()}"
-            ) from None
-        except BotoCoreError as exc:
-            raise StoreError(f"S3 {op} of {where} failed: {type(exc).__name__}") from None
+            )
+        if isinstance(exc, BotoCoreError):
+            return StoreError(f"S3 {op} of {where} failed: {type(exc).__name__}")
+        return None
 
     def _client_error(self, exc: ClientError, op: str, where: str) -> StoreError:
         code, status = _code_and_status(exc)
@@ -168,30 +146,30 @@ class S3Store:
         return StoreError(f"S3 {op} of {where} failed: {code} (HTTP {status})")
 
     def _put(self, op: str, key: str, data: bytes, condition: dict[str, str]) -> str:
-        full, stats = self._key(key), RetryStats()
-        sdk_retried = False  # botocore retries too; its count comes back in the metadata
+        full = self._key(key)
 
         def put() -> str:
-            nonlocal sdk_retried
             try:
                 response = self.client.put_object(
                     Bucket=self.bucket, Key=full, Body=data, **condition, **self.write_args
                 )
             except ClientError as exc:
-                sdk_retried |= bool(exc.response.get("ResponseMetadata", {}).get("RetryAttempts"))
                 if _code_and_status(exc)[0] in _ABSENT_CODES:  # If-Match on a deleted object
                     raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
                 raise
-            sdk_retried |= bool(response.get("ResponseMetadata", {}).get("RetryAttempts"))
             return str(response["ETag"])
 
-        try:
-            return self._call(op, key, put, stats)
-        except PreconditionFailed:
-            version = landed_version(self, key, data, retried=stats.retried or sdk_retried)
-            if version is None:
-                raise
-            return version
+        return self._conditional_write(op, key, data, put)
+
+    def _list_page(self, prefix: str, token: str | None) -> Page:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        if token:
+            args["ContinuationToken"] = token
+        if self.page_size:
+            args["MaxKeys"] = self.page_size
+        page = self.client.list_objects_v2(**args)
+        names = [item["Key"] for item in page.get("Contents", [])]
+        return names, page.get("NextContinuationToken") if page.get("IsTruncated") else None
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:
@@ -234,22 +212,6 @@ class S3Store:
 
         self._call("delete", key, delete)
 
-    def list(self, prefix: str = "") -> Iterator[str]:
-        root = self.prefix + "/" if self.prefix else ""
-        token: str | None = None
-        while True:
-            args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix}
-            if token:
-                args["ContinuationToken"] = token
-            if self.page_size:
-                args["MaxKeys"] = self.page_size
-            page = self._call("list", prefix, lambda args=args: self.client.list_objects_v2(**args))
-            for item in page.get("Contents", []):
-                yield item["Key"][len(root) :]
-            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
-            if not token:
-                return
-
 
 def _credentials(options: Mapping[str, Any]) -> dict[str, str]:
     """Explicit keys when given (both halves), else none: the standard AWS chain decides."""
@@ -282,15 +244,14 @@ def _write_args(options: Mapping[str, Any]) -> dict[str, str]:
 
 def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Store:
     """``bucket/prefix`` with the ``state_backend.s3.*`` settings by short name."""
-    bucket, _, prefix = location.strip("/").partition("/")
-    if not bucket:
-        raise ConfigError("setting state_backend.uri needs a bucket: s3://bucket/prefix")
+    bucket, prefix = split_location(location, "s3")
     endpoint = options.get("endpoint_url") or None
     if endpoint and not str(endpoint).startswith(("http://", "https://")):
         raise ConfigError(f"setting {_SETTING}endpoint_url must start with http:// or https://")
     checksums = "when_required" if endpoint else "when_supported"  # some S3-compatibles refuse them
     config = Config(
-        retries={"mode": "standard", "max_attempts": 3},
+        # one retry layer: the store's own, within its deadline
+        retries={"mode": "standard", "total_max_attempts": 1},
         connect_timeout=5,
         read_timeout=30,
         user_agent_extra="mapper-state",

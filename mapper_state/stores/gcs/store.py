@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import requests
 from google.api_core import exceptions as api
@@ -32,18 +32,9 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-    check_key,
-    join_key,
-    landed_version,
-)
-from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
-
-T = TypeVar("T")
+from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.cloud import CloudStore, Page, split_location
+from mapper_state.stores.retry import RetryStats
 
 _SETTING = "state_backend.gcs."
 _SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
@@ -73,70 +64,52 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT) and not isinstance(exc, requests.exceptions.SSLError)
 
 
-class GcsStore:
+class GcsStore(CloudStore):
     """Objects under ``prefix`` in one bucket; keys are relative to the prefix."""
 
+    scheme = "gs"
     #: Set by test fixtures for servers measured to ignore delete preconditions.
     ignores_delete_preconditions = False
 
     def __init__(
-        self,
-        client: storage.Client,
-        bucket: str,
-        prefix: str = "",
-        *,
-        retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
-        page_size: int | None = None,
+        self, client: storage.Client, bucket: str, prefix: str = "", **kwargs: Any
     ) -> None:
+        super().__init__(bucket, prefix, **kwargs)
         self.client = client
         self.bucket = client.bucket(bucket)
-        self.prefix = join_key(*prefix.split("/"))
-        self.retry_deadline_seconds = retry_deadline_seconds
-        self.page_size = page_size  # keys per list request; None: the service's default
         self._bucket_seen = False
 
-    @property
-    def display_uri(self) -> str:
-        return f"gs://{join_key(self.bucket.name, self.prefix)}"
-
     def _blob(self, key: str) -> storage.Blob:
-        return self.bucket.blob(join_key(self.prefix, check_key(key)))
+        return self.bucket.blob(self._key(key))
 
-    def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
-        """Run one request with retries; turn a permanent failure into a store error."""
-        stats = stats or RetryStats()
-        where = f"{self.display_uri}/{key}" if key else self.display_uri
-        try:
-            return retrying(
-                fn,
-                is_transient=_is_transient,
-                what=f"{op} {where}",
-                stats=stats,
-                deadline_seconds=self.retry_deadline_seconds,
-            )
-        except (
-            api.Unauthorized,
-            api.Forbidden,
-            auth.RefreshError,
-            auth.DefaultCredentialsError,
-        ) as exc:
-            raise StoreAccessDenied(
+    def _is_transient(self, exc: BaseException) -> bool:
+        return _is_transient(exc)
+
+    def _store_error(
+        self, exc: Exception, op: str, where: str, stats: RetryStats
+    ) -> StoreError | None:
+        if isinstance(
+            exc,
+            (api.Unauthorized, api.Forbidden, auth.RefreshError, auth.DefaultCredentialsError),
+        ):
+            return StoreAccessDenied(
                 f"Google Cloud Storage refused {op} of {where}: {type(exc).__name__} (check "
                 f"{_SETTING}application_credentials_path or the account's role on the bucket)"
-            ) from None
-        except api.NotFound:
+            )
+        if isinstance(exc, api.NotFound):
             if not self._bucket_exists():
-                raise self._missing_bucket() from None
-            raise StoreError(f"Google Cloud Storage {op} of {where} failed: not found") from None
-        except api.GoogleAPICallError as exc:
-            raise StoreError(
+                return self._missing_bucket()
+            return StoreError(f"Google Cloud Storage {op} of {where} failed: not found")
+        if isinstance(exc, api.GoogleAPICallError):
+            return StoreError(
                 f"Google Cloud Storage {op} of {where} failed: HTTP {exc.code}{stats.summary()}"
-            ) from None
-        except _TRANSIENT as exc:
-            raise StoreError(
+            )
+        if isinstance(exc, _TRANSIENT):
+            return StoreError(
                 f"cannot reach Google Cloud Storage at {self.client.api_endpoint} for {op} of "
                 f"{where}: {type(exc).__name__}{stats.summary()}"
-            ) from None
+            )
+        return None
 
     def _bucket_exists(self) -> bool:
         """GCS answers 404 alike for a missing object and a missing bucket: ask once."""
@@ -152,7 +125,7 @@ class GcsStore:
         )
 
     def _upload(self, op: str, key: str, data: bytes, generation: int) -> str:
-        blob, stats = self._blob(key), RetryStats()
+        blob = self._blob(key)
 
         def upload() -> str:
             try:
@@ -167,13 +140,7 @@ class GcsStore:
                 raise PreconditionFailed(f"{self.display_uri}/{key} changed or exists") from None
             return str(blob.generation)
 
-        try:
-            return self._call(op, key, upload, stats)
-        except PreconditionFailed:
-            version = landed_version(self, key, data, retried=stats.retried)
-            if version is None:
-                raise
-            return version
+        return self._conditional_write(op, key, data, upload)
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:
@@ -230,28 +197,17 @@ class GcsStore:
 
         self._call("delete", key, delete)
 
-    def list(self, prefix: str = "") -> Iterator[str]:
-        root = self.prefix + "/" if self.prefix else ""
-        token: str | None = None
-        while True:
-
-            def page(token: str | None = token) -> tuple[list[str], str | None]:
-                blobs = self.client.list_blobs(
-                    self.bucket,
-                    prefix=root + prefix,
-                    page_token=token,
-                    page_size=self.page_size,
-                    timeout=_TIMEOUT,
-                    retry=None,
-                )
-                names = [b.name for b in next(blobs.pages, [])]
-                return names, blobs.next_page_token
-
-            names, token = self._call("list", prefix, page)
-            for name in names:
-                yield name[len(root) :]
-            if not token:
-                return
+    def _list_page(self, prefix: str, token: str | None) -> Page:
+        blobs = self.client.list_blobs(
+            self.bucket,
+            prefix=prefix,
+            page_token=token,
+            page_size=self.page_size,
+            timeout=_TIMEOUT,
+            retry=None,
+        )
+        names = [b.name for b in next(blobs.pages, [])]
+        return names, blobs.next_page_token
 
 
 class _UnsupportedCredentials(Exception):
@@ -317,9 +273,7 @@ def _from_info(info: dict[str, Any]) -> Credentials:
 
 def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> GcsStore:
     """``bucket/prefix`` with the ``state_backend.gcs.*`` settings by short name."""
-    bucket, _, prefix = location.strip("/").partition("/")
-    if not bucket:
-        raise ConfigError("setting state_backend.uri needs a bucket: gs://bucket/prefix")
+    bucket, prefix = split_location(location, "gs")
     credentials, project = _credentials(options)
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     if emulator and "://" not in emulator:

@@ -1,0 +1,41 @@
+"""The whole settings catalog: the run's own settings and every store's, and loading them.
+
+:mod:`mapper_state.settings` knows how settings are declared and read; each store
+declares its own (:mod:`mapper_state.stores`). This module joins the two, so that
+everything that lists settings (parsing, ``MAPPER_STATE_*`` names, ``--about``,
+``meltano.yml``, the docs) sees one table, whatever stores are installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from mapper_state.settings import RUN_SETTINGS, Settings, SettingSpec, SettingsSource, load
+from mapper_state.stores import store_settings
+
+
+def catalog() -> tuple[SettingSpec, ...]:
+    """Every setting: the state ID, store location and lease, then each store's, then the rest."""
+    last = max(i for i, s in enumerate(RUN_SETTINGS) if s.name.startswith("state_backend."))
+    return (*RUN_SETTINGS[: last + 1], *store_settings(), *RUN_SETTINGS[last + 1 :])
+
+
+def settings_by_name() -> dict[str, SettingSpec]:
+    return {spec.name: spec for spec in catalog()}
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    config_files: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    sources: Sequence[SettingsSource] = (),
+) -> Settings:
+    """Resolve every setting of the catalog (see :func:`mapper_state.settings.load`)."""
+    return load(catalog(), flags, config_files, env, sources)
+
+
+def settings_from_values(values: Mapping[str, Any]) -> Settings:
+    """Settings already resolved elsewhere (handed to another process), with their secrets known."""
+    secret = frozenset(spec.name for spec in catalog() if spec.secret)
+    return Settings(dict(values), {}, secret)

@@ -1,0 +1,22 @@
+"""Azure Blob Storage: the declaration (schemes, settings); the Azure SDK lives in ``store``."""
+
+from __future__ import annotations
+
+from mapper_state.settings import SettingSpec
+from mapper_state.stores.base import StoreType
+
+STORE = StoreType(
+    section="azure",
+    schemes=("azure", "az"),
+    opener="mapper_state.stores.azure.store:from_uri",
+    description="`azure://container/prefix`: Azure Blob Storage, through azure-storage-blob.",
+    extra="azure",
+    settings=(
+        SettingSpec("connection_string", "string", "Azure Storage connection string.", secret=True),
+        SettingSpec(
+            "storage_account_url",
+            "string",
+            "Azure Storage account URL, used with the default Azure credential.",
+        ),
+    ),
+)

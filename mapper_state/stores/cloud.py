@@ -1,0 +1,136 @@
+"""The skeleton the cloud stores share: one retry layer, error mapping, conditional writes, paging.
+
+S3, Azure and GCS differ only in their SDK calls and in how their errors are
+spelled. Everything else is written once here: a request runs through
+:func:`~mapper_state.stores.retry.retrying` (the only retry layer: the SDKs'
+own retries are off), a permanent failure becomes a :class:`StoreError` through
+the store's own mapping, a conditional write refused after a retry checks whether
+its first attempt had landed, and listing follows continuation tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import ClassVar, TypeVar
+
+from mapper_state.errors import ConfigError
+from mapper_state.stores.base import (
+    Blob,
+    PreconditionFailed,
+    StoreError,
+    check_key,
+    join_key,
+    landed_version,
+)
+from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
+
+T = TypeVar("T")
+#: One page of a listing: the full object names and the token of the next page.
+Page = tuple[list[str], "str | None"]
+
+
+def split_location(location: str, scheme: str, container: str = "bucket") -> tuple[str, str]:
+    """``("bucket", "prefix")`` from a URI's ``bucket/prefix``; a missing bucket is a config error."""
+    bucket, _, prefix = location.strip("/").partition("/")
+    if not bucket:
+        raise ConfigError(
+            f"setting state_backend.uri needs a {container}: {scheme}://{container}/prefix"
+        )
+    return bucket, prefix
+
+
+class CloudStore:
+    """Objects under ``prefix`` in one bucket or container; keys are relative to the prefix.
+
+    A subclass names its ``scheme``, and implements :meth:`_is_transient`,
+    :meth:`_store_error`, :meth:`_list_page` and the four object calls, running each
+    request through :meth:`_call` (or :meth:`_conditional_write` for a conditional upload).
+    """
+
+    scheme: ClassVar[str]
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        page_size: int | None = None,
+    ) -> None:
+        self.bucket_name = bucket
+        self.prefix = join_key(*prefix.split("/"))
+        self.retry_deadline_seconds = retry_deadline_seconds
+        self.page_size = page_size  # keys per list request; None: the service's default
+
+    @property
+    def display_uri(self) -> str:
+        return f"{self.scheme}://{join_key(self.bucket_name, self.prefix)}"
+
+    def _key(self, key: str) -> str:
+        """The object's full name in the bucket."""
+        return join_key(self.prefix, check_key(key))
+
+    def _where(self, key: str) -> str:
+        return f"{self.display_uri}/{key}" if key else self.display_uri
+
+    # -- what each store supplies -------------------------------------------------
+    def _is_transient(self, exc: BaseException) -> bool:
+        """Is ``exc`` a failure that may go away by itself (5xx, throttling, a reset)?"""
+        raise NotImplementedError
+
+    def _store_error(
+        self, exc: Exception, op: str, where: str, stats: RetryStats
+    ) -> StoreError | None:
+        """The store error an SDK failure means, or ``None`` to let it propagate."""
+        raise NotImplementedError
+
+    def _list_page(self, prefix: str, token: str | None) -> Page:
+        """One page of the objects whose full names start with ``prefix``."""
+        raise NotImplementedError
+
+    def read(self, key: str) -> Blob | None:
+        raise NotImplementedError
+
+    # -- written once ---------------------------------------------------------------
+    def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
+        """Run one request with retries; turn a permanent failure into a store error."""
+        stats = stats or RetryStats()
+        where = self._where(key)
+        try:
+            return retrying(
+                fn,
+                is_transient=self._is_transient,
+                what=f"{op} {where}",
+                stats=stats,
+                deadline_seconds=self.retry_deadline_seconds,
+            )
+        except StoreError:
+            raise
+        except Exception as exc:
+            error = self._store_error(exc, op, where, stats)
+            if error is None:
+                raise
+            raise error from None
+
+    def _conditional_write(self, op: str, key: str, data: bytes, write: Callable[[], str]) -> str:
+        """Run a conditional upload; a refusal after a retry may be our own first attempt."""
+        stats = RetryStats()
+        try:
+            return self._call(op, key, write, stats)
+        except PreconditionFailed:
+            version = landed_version(self, key, data, retried=stats.retried)
+            if version is None:
+                raise
+            return version
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        root = self.prefix + "/" if self.prefix else ""
+        token: str | None = None
+        while True:
+            names, token = self._call(
+                "list", prefix, lambda token=token: self._list_page(root + prefix, token)
+            )
+            for name in names:
+                yield name[len(root) :]
+            if not token:
+                return
