@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the real Singer tools used by the end-to-end tests, the demo and the benchmarks, each in its
+# Install the real Singer tools used by the end-to-end tests, the demo and the benchmarks, and
+# mitmproxy (the fault-injecting, request-counting proxy of tests/proxy), each in its
 # own virtualenv under .tools/ (their pins clash with the project's). Idempotent: a
 # second run only checks stamp files and returns at once. Run from the repository root.
 #
@@ -18,13 +19,15 @@ FORCE=0
 
 # name | pip requirements | executable | check argument
 # Versions verified together: meltano 4.4.1 on Python 3.11; both SDK-based plugins on
-# singer-sdk 0.54.9 (the project's own version).
+# singer-sdk 0.54.9 (the project's own version); mitmproxy 11.0.2 is the newest release
+# that installs on Python 3.11 (later ones need 3.12).
 TOOLS=(
   "meltano|meltano[s3]==4.4.1|meltano|--version"
   "tap-postgres|meltanolabs-tap-postgres==0.10.0 singer-sdk==0.54.9|tap-postgres|--about"
   "target-jsonl|target-jsonl==0.1.4|target-jsonl|--help"
   "target-csv|meltanolabs-target-csv==0.5.0 singer-sdk==0.54.9|target-csv|--about"
   "meltano-map-transform|meltano-map-transform==0.12.3|meltano-map-transform|--about"
+  "mitmproxy|mitmproxy==11.0.2|mitmdump|--version"
 )
 
 command -v "$PYTHON" >/dev/null 2>&1 || { echo "install-tools: $PYTHON not found" >&2; exit 1; }

@@ -1,0 +1,446 @@
+"""A mitmproxy addon that injects network faults and counts every request.
+
+Why it exists: the stores must survive a real network's failures, where the
+request may or may not have been applied: an error answer, a connection closed
+before or after the server applied the request, a slow answer, no answer at all.
+Emulators never fail like that, so the tests put mitmproxy in reverse-proxy mode
+between an SDK and an emulator with this addon. The same addon logs one JSON line
+per request, so with no fault configured it is the request counter of the
+benchmarks.
+
+Run it with::
+
+    mitmdump -s tests/proxy/faults.py --mode reverse:http://127.0.0.1:PORT \
+        --listen-host 127.0.0.1 --listen-port N --set keep_host_header=true \
+        --set faults_file=faults.json --set requests_log=requests.jsonl
+
+(``tests.proxy.FaultProxy`` does this for tests and benchmarks.)
+
+Options (``--set NAME=VALUE``):
+
+``faults_file``
+    JSON control file (below). Read at start and again whenever it changes
+    (inode, mtime or size), checked on every request, so faults can change while
+    the proxy runs; write it atomically (a temporary file, then rename). A missing
+    file means no faults.
+``requests_log``
+    File that gets one JSON line per request (appended, flushed at once).
+``faults_match``
+    Default for the control file's ``match``.
+``faults_seed``
+    Seed of the random draws; the generator restarts from it at each load of the
+    control file, so the n-th request after a load always gets the same draw.
+``ready_file``
+    File written (``{"listen": [[host, port], ...]}``) once mitmproxy listens:
+    mitmproxy calls the ``running`` hook only after its servers are bound.
+
+The control file is a JSON object; every key is optional:
+
+=================  ===========================================================
+``reset``          rate: close the client connection without forwarding (the
+                   server never sees the request)
+``error``          rate: answer a status from ``error_statuses`` without
+                   forwarding
+``throttle``       rate: answer ``throttle_status`` with an S3 ``SlowDown``
+                   body without forwarding
+``blackhole``      rate: never forward, never answer: hold the request for
+                   ``blackhole_seconds``, then close the connection
+``drop_response``  rate: forward (the server applies the request), then close
+                   the client connection instead of answering
+``error_applied``  rate: forward (the server applies the request), then answer
+                   a status from ``error_statuses`` instead of its response
+``delay_request``  rate: hold the request ``delay_seconds``, then forward it
+``delay``          rate: forward, then hold the response ``delay_seconds``
+``error_statuses`` list of statuses for ``error`` and ``error_applied``
+                   (default ``[500, 503]``, one picked at random)
+``throttle_status`` status for ``throttle`` (default 503; GCS uses 429)
+``delay_seconds``  float, default 1.0
+``blackhole_seconds`` float, default 3600.0
+``match``          apply faults only to requests whose path contains this
+                   substring (null or absent: every request)
+``methods``        apply faults only to these methods, e.g. ``["PUT"]``
+``max_faults``     stop injecting after this many faults since the file was
+                   loaded (null or absent: no limit)
+=================  ===========================================================
+
+Rates are probabilities in [0, 1] that add up to at most 1: each request gets
+one uniform draw, and the faults share the unit interval in the order above.
+All rates 0 (or an empty object, or no file) is "count only": every request
+passes through untouched.
+
+Each log line is ``{"seq", "time", "method", "path", "query", "status", "fault",
+"upstream_status", "error", "request_bytes", "response_bytes", "elapsed"}``:
+``path`` is the raw (percent-encoded) request path without its query, ``query``
+the raw query string (``""`` for none), ``status`` what the client was sent (null
+when it got no answer), ``fault`` the fault applied (null for none),
+``upstream_status`` the server's status when the request was forwarded (null when
+it was not), ``error`` mitmproxy's error for the flow (e.g. the client went away),
+the byte counts those of the bodies (the response's null when none was sent),
+``time`` when the request was read (Unix time) and ``elapsed`` the seconds from
+then until the line was written. A line is written
+before the client sees the outcome (a black-holed request's line when it is
+held), so a client that got its answer (or its error) can count on its line
+being there.
+
+This module imports mitmproxy only inside the addon's hooks, so the test helper
+can import :class:`FaultConfig` (to check a control file before writing it)
+from an environment without mitmproxy.
+"""
+
+# No ``from __future__ import annotations``: mitmproxy loads a script without putting it
+# in sys.modules, where dataclasses look string annotations up. The annotations naming
+# mitmproxy's types are quoted instead.
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from mitmproxy import http
+    from mitmproxy.addonmanager import Loader
+
+logger = logging.getLogger(__name__)
+
+#: The faults, in the order in which they share the unit interval of the draw.
+FAULTS = (
+    "reset",
+    "error",
+    "throttle",
+    "blackhole",
+    "drop_response",
+    "error_applied",
+    "delay_request",
+    "delay",
+)
+#: Faults decided and applied before the request is forwarded (the server never sees it).
+NOT_FORWARDED = frozenset({"reset", "error", "throttle", "blackhole"})
+
+_REASONS = {
+    429: ("SlowDown", "Please reduce your request rate."),
+    500: ("InternalError", "We encountered an internal error. Please try again."),
+    502: ("BadGateway", "Bad gateway."),
+    503: ("ServiceUnavailable", "Service is unable to handle request."),
+    504: ("GatewayTimeout", "Gateway timeout."),
+}
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """The control file's content, checked."""
+
+    rates: Mapping[str, float] = field(default_factory=dict)
+    error_statuses: tuple[int, ...] = (500, 503)
+    throttle_status: int = 503
+    delay_seconds: float = 1.0
+    blackhole_seconds: float = 3600.0
+    match: str | None = None
+    methods: frozenset[str] | None = None
+    max_faults: int | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "FaultConfig":
+        """Check a control file's object; raise ``ValueError`` saying what is wrong."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"the control file must hold a JSON object, not {data!r}")
+        params = {
+            "error_statuses",
+            "throttle_status",
+            "delay_seconds",
+            "blackhole_seconds",
+            "match",
+            "methods",
+            "max_faults",
+        }
+        unknown = set(data) - set(FAULTS) - params
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {sorted(unknown)}; known: {sorted((*FAULTS, *params))}"
+            )
+        rates: dict[str, float] = {}
+        for name in FAULTS:
+            rate = data.get(name, 0)
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+                raise ValueError(f"{name}: a rate is a number in [0, 1], not {rate!r}")
+            if rate:
+                rates[name] = float(rate)
+        if sum(rates.values()) > 1 + 1e-9:
+            raise ValueError(f"the rates add up to more than 1: {rates}")
+
+        statuses = data.get("error_statuses", [500, 503])
+        if (
+            not isinstance(statuses, list)
+            or not statuses
+            or not all(_is_status(s) for s in statuses)
+        ):
+            raise ValueError(f"error_statuses: a non-empty list of statuses, not {statuses!r}")
+        throttle_status = data.get("throttle_status", 503)
+        if not _is_status(throttle_status):
+            raise ValueError(f"throttle_status: a status, not {throttle_status!r}")
+        seconds = {}
+        for name, default in (("delay_seconds", 1.0), ("blackhole_seconds", 3600.0)):
+            value = data.get(name, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name}: a number of seconds >= 0, not {value!r}")
+            seconds[name] = float(value)
+        match = data.get("match")
+        if match is not None and not isinstance(match, str):
+            raise ValueError(f"match: a string or null, not {match!r}")
+        methods = data.get("methods")
+        if methods is not None and (
+            not isinstance(methods, list) or not all(isinstance(m, str) for m in methods)
+        ):
+            raise ValueError(f"methods: a list of HTTP methods or null, not {methods!r}")
+        max_faults = data.get("max_faults")
+        if max_faults is not None and (
+            isinstance(max_faults, bool) or not isinstance(max_faults, int) or max_faults < 0
+        ):
+            raise ValueError(f"max_faults: an integer >= 0 or null, not {max_faults!r}")
+        return cls(
+            rates=rates,
+            error_statuses=tuple(statuses),
+            throttle_status=throttle_status,
+            delay_seconds=seconds["delay_seconds"],
+            blackhole_seconds=seconds["blackhole_seconds"],
+            match=match or None,
+            methods=frozenset(m.upper() for m in methods) if methods is not None else None,
+            max_faults=max_faults,
+        )
+
+    def applies_to(self, method: str, path: str) -> bool:
+        """Whether faults may be applied to this request at all."""
+        if self.match is not None and self.match not in path:
+            return False
+        return self.methods is None or method.upper() in self.methods
+
+    def pick(self, draw: float) -> str | None:
+        """The fault that a uniform draw in [0, 1) selects, or None."""
+        edge = 0.0
+        for name in FAULTS:
+            edge += self.rates.get(name, 0.0)
+            if draw < edge:
+                return name
+        return None
+
+
+def _is_status(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599
+
+
+def error_body(status: int, path: str) -> bytes:
+    """An S3-style XML error (Azure's errors have the same shape; GCS reads the status)."""
+    code, message = _REASONS.get(status, ("InternalError", "Injected error."))
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{message}</Message>"
+        f"<Resource>{_xml_escape(path)}</Resource>"
+        "<RequestId>fault-proxy</RequestId></Error>"
+    ).encode()
+
+
+def _xml_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class FaultInjector:
+    """The addon: decides each request's fault, applies it and logs the request."""
+
+    def __init__(self) -> None:
+        self.config = FaultConfig()
+        self._file_stamp: tuple[int, int, int] | None = None
+        self._rng = random.Random(0)
+        self._seed = 0
+        self._faults_applied = 0
+        self._log: TextIO | None = None
+        self._seq = 0
+
+    # -- mitmproxy hooks -----------------------------------------------------------
+
+    def load(self, loader: "Loader") -> None:
+        loader.add_option("faults_file", str, "", "JSON control file of the faults to inject.")
+        loader.add_option("requests_log", str, "", "File that gets one JSON line per request.")
+        loader.add_option(
+            "faults_match", str, "", "Inject faults only into requests whose path contains this."
+        )
+        loader.add_option("faults_seed", int, 0, "Seed of the fault draws.")
+        loader.add_option("ready_file", str, "", "File written once the proxy listens.")
+
+    def configure(self, updated: set[str]) -> None:
+        from mitmproxy import ctx
+
+        if "requests_log" in updated:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            if ctx.options.requests_log:
+                self._log = open(ctx.options.requests_log, "a", encoding="utf-8")  # noqa: SIM115
+        if "faults_seed" in updated:
+            self._seed = ctx.options.faults_seed
+        if updated & {"faults_file", "faults_match", "faults_seed"}:
+            self._file_stamp = None
+            self._reload(force=True)
+
+    def running(self) -> None:
+        from mitmproxy import ctx
+
+        if not ctx.options.ready_file:
+            return
+        proxyserver = ctx.master.addons.get("proxyserver")
+        listen = [list(addr[:2]) for addr in proxyserver.listen_addrs()]
+        tmp = f"{ctx.options.ready_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"listen": listen}, f)
+        os.replace(tmp, ctx.options.ready_file)
+
+    def done(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    async def request(self, flow: "http.HTTPFlow") -> None:
+        self._reload()
+        config = self.config
+        flow.metadata["faults.config"] = config
+        flow.metadata["faults.start"] = time.time()
+        draw = self._rng.random()  # one draw per request, matching or not: reproducible
+        fault = None
+        if config.applies_to(flow.request.method, _path(flow)) and (
+            config.max_faults is None or self._faults_applied < config.max_faults
+        ):
+            fault = config.pick(draw)
+        if fault is None:
+            return
+        self._faults_applied += 1
+        flow.metadata["faults.fault"] = fault
+        if fault == "reset":
+            self._record(flow)
+            flow.kill()
+        elif fault == "error":
+            flow.response = self._error_response(flow, self._rng.choice(config.error_statuses))
+        elif fault == "throttle":
+            flow.response = self._error_response(flow, config.throttle_status, throttle=True)
+        elif fault == "blackhole":
+            self._record(flow)
+            await asyncio.sleep(config.blackhole_seconds)
+            if flow.killable:
+                flow.kill()
+        elif fault == "delay_request":
+            await asyncio.sleep(config.delay_seconds)
+
+    async def response(self, flow: "http.HTTPFlow") -> None:
+        fault = flow.metadata.get("faults.fault")
+        config: FaultConfig = flow.metadata.get("faults.config", self.config)
+        if fault not in NOT_FORWARDED and flow.response is not None:
+            flow.metadata["faults.upstream_status"] = flow.response.status_code
+        if fault == "drop_response":
+            self._record(flow)
+            flow.kill()
+            return
+        if fault == "error_applied":
+            flow.response = self._error_response(flow, self._rng.choice(config.error_statuses))
+        elif fault == "delay":
+            await asyncio.sleep(config.delay_seconds)
+        self._record(flow)
+
+    def error(self, flow: "http.HTTPFlow") -> None:
+        self._record(flow)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _reload(self, *, force: bool = False) -> None:
+        """Read the control file again if it changed since the last read."""
+        from mitmproxy import ctx
+
+        path = ctx.options.faults_file
+        try:
+            st = os.stat(path) if path else None
+        except FileNotFoundError:
+            st = None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size) if st is not None else None
+        if not force and stamp == self._file_stamp:
+            return
+        self._file_stamp = stamp
+        data: dict[str, Any] = {}
+        if st is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+            except (OSError, ValueError) as e:
+                logger.error(
+                    "fault proxy: cannot read %s (keeping the faults as they were): %s", path, e
+                )
+                return
+        if ctx.options.faults_match and "match" not in data:
+            data = {**data, "match": ctx.options.faults_match}
+        try:
+            self.config = FaultConfig.from_mapping(data)
+        except ValueError as e:
+            logger.error("fault proxy: %s: %s (keeping the faults as they were)", path, e)
+            return
+        self._rng = random.Random(self._seed)
+        self._faults_applied = 0
+        logger.info("fault proxy: faults now %s", self.config)
+
+    def _error_response(
+        self, flow: "http.HTTPFlow", status: int, *, throttle: bool = False
+    ) -> "http.Response":
+        from mitmproxy import http
+
+        if flow.request.method == "HEAD":
+            body = b""  # a HEAD answer has no body
+        elif throttle:
+            body = (
+                b'<?xml version="1.0" encoding="UTF-8"?>\n'
+                b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate."
+                b"</Message><RequestId>fault-proxy</RequestId></Error>"
+            )
+        else:
+            body = error_body(status, _path(flow))
+        headers = {"Content-Type": "application/xml", "x-fault-proxy": "injected"}
+        if throttle:
+            headers["Retry-After"] = "1"
+        return http.Response.make(status, body, headers)
+
+    def _record(self, flow: "http.HTTPFlow") -> None:
+        """Log the request once (hooks may see the same flow twice)."""
+        if flow.metadata.get("faults.logged"):
+            return
+        flow.metadata["faults.logged"] = True
+        self._seq += 1
+        fault = flow.metadata.get("faults.fault")
+        answered = flow.response is not None and fault not in (
+            "reset",
+            "blackhole",
+            "drop_response",
+        )
+        start = flow.metadata.get("faults.start", flow.request.timestamp_start)
+        line = {
+            "seq": self._seq,
+            "time": start,
+            "method": flow.request.method,
+            "path": _path(flow),
+            "query": flow.request.path.partition("?")[2],
+            "status": flow.response.status_code if answered and flow.response else None,
+            "fault": fault,
+            "upstream_status": flow.metadata.get("faults.upstream_status"),
+            "error": flow.error.msg if flow.error else None,
+            "request_bytes": len(flow.request.raw_content or b""),
+            "response_bytes": (
+                len(flow.response.raw_content or b"") if answered and flow.response else None
+            ),
+            "elapsed": round(time.time() - start, 6),
+        }
+        if self._log is not None:
+            self._log.write(json.dumps(line) + "\n")
+            self._log.flush()
+
+
+def _path(flow: "http.HTTPFlow") -> str:
+    return flow.request.path.split("?", 1)[0]
+
+
+addons = [FaultInjector()]
