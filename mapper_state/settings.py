@@ -151,7 +151,8 @@ class Settings:
 
     @property
     def state_id(self) -> str | None:
-        return self.values["state_id"]
+        value = self.values["state_id"]
+        return None if value is None else str(value)
 
     @property
     def uri(self) -> str:

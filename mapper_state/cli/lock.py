@@ -49,7 +49,7 @@ def _holder_dict(record: LeaseRecord) -> dict[str, Any]:
 @store_options
 @click.pass_context
 @handle_errors
-def lock_status(ctx: click.Context, state_id: str, output_format: str, **kw: Any) -> None:
+def lock_status(ctx: click.Context, /, state_id: str, output_format: str, **kw: Any) -> None:
     """Show who holds the lease on STATE_ID, or that it is free."""
     state_id = ops.check_state_id(state_id)
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
@@ -97,7 +97,7 @@ def lock_status(ctx: click.Context, state_id: str, output_format: str, **kw: Any
 @store_options
 @click.pass_context
 @handle_errors
-def lock_break(ctx: click.Context, state_id: str, yes: bool, **kw: Any) -> None:
+def lock_break(ctx: click.Context, /, state_id: str, yes: bool, **kw: Any) -> None:
     """Forcibly free the lease on STATE_ID (asks first; --yes in scripts).
 
     The old holder's next state write is then refused (fencing), so it cannot
@@ -135,7 +135,7 @@ def lock_break(ctx: click.Context, state_id: str, yes: bool, **kw: Any) -> None:
 @store_options
 @click.pass_context
 @handle_errors
-def doctor_command(ctx: click.Context, output_format: str, **kw: Any) -> None:
+def doctor_command(ctx: click.Context, /, output_format: str, **kw: Any) -> None:
     """Check the configured store end to end, and that it is safe for locking.
 
     Exit codes: 0 safe (perhaps with a warning), 5 store failure, 11 unsafe for locking.

@@ -19,6 +19,7 @@ from mapper_state.cli.common import command_settings, handle_errors, run_options
 @handle_errors
 def run_command(
     ctx: click.Context,
+    /,
     settings_flags: dict[str, Any],
     config_files: tuple[str, ...],
     **flags: Any,

@@ -46,7 +46,7 @@ def state_group() -> None:
 @store_options
 @click.pass_context
 @handle_errors
-def state_list(ctx: click.Context, pattern: str | None, output_format: str, **kw: Any) -> None:
+def state_list(ctx: click.Context, /, pattern: str | None, output_format: str, **kw: Any) -> None:
     """List the state IDs in the store."""
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
     ids = ops.list_state_ids(store, pattern)
@@ -66,7 +66,7 @@ def state_list(ctx: click.Context, pattern: str | None, output_format: str, **kw
 @click.pass_context
 @handle_errors
 def state_get(
-    ctx: click.Context, state_id: str, meltano: bool, output_format: str, **kw: Any
+    ctx: click.Context, /, state_id: str, meltano: bool, output_format: str, **kw: Any
 ) -> None:
     """Print the Singer state of STATE_ID, as a tap's --state accepts it.
 
@@ -89,7 +89,7 @@ def _write_command(name: str, doc: str, write: ops.Writer, done: str) -> click.C
     @click.pass_context
     @handle_errors
     def command(
-        ctx: click.Context, state_id: str, state_json: str | None, meltano: bool, **kw: Any
+        ctx: click.Context, /, state_id: str, state_json: str | None, meltano: bool, **kw: Any
     ) -> None:
         state_id = ops.check_state_id(state_id)
         value = parse_input(state_json, meltano)
@@ -131,6 +131,7 @@ state_merge = _write_command(
 @handle_errors
 def state_clear(
     ctx: click.Context,
+    /,
     state_id: str | None,
     clear_all: bool,
     pattern: str | None,
@@ -181,7 +182,7 @@ def state_clear(
 @store_options
 @click.pass_context
 @handle_errors
-def state_copy(ctx: click.Context, src: str, dst: str, force: bool, **kw: Any) -> None:
+def state_copy(ctx: click.Context, /, src: str, dst: str, force: bool, **kw: Any) -> None:
     """Copy the state of SRC to DST (DST under the lease)."""
     src, dst = ops.check_state_id(src), ops.check_state_id(dst)
     settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
@@ -196,7 +197,7 @@ def state_copy(ctx: click.Context, src: str, dst: str, force: bool, **kw: Any) -
 @store_options
 @click.pass_context
 @handle_errors
-def state_move(ctx: click.Context, src: str, dst: str, force: bool, **kw: Any) -> None:
+def state_move(ctx: click.Context, /, src: str, dst: str, force: bool, **kw: Any) -> None:
     """Move the state of SRC to DST, holding both leases."""
     src, dst = ops.check_state_id(src), ops.check_state_id(dst)
     settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
@@ -212,7 +213,7 @@ def state_move(ctx: click.Context, src: str, dst: str, force: bool, **kw: Any) -
 @store_options
 @click.pass_context
 @handle_errors
-def state_export(ctx: click.Context, pattern: str | None, meltano: bool, **kw: Any) -> None:
+def state_export(ctx: click.Context, /, pattern: str | None, meltano: bool, **kw: Any) -> None:
     """Print every state as JSON lines: {"state_id": ..., "singer_state": ...}.
 
     `state import` reads them back, into this store or another one; --meltano
@@ -243,7 +244,7 @@ def state_export(ctx: click.Context, pattern: str | None, meltano: bool, **kw: A
 @click.pass_context
 @handle_errors
 def state_import(
-    ctx: click.Context, source: str, state_id: str | None, force: bool, **kw: Any
+    ctx: click.Context, /, source: str, state_id: str | None, force: bool, **kw: Any
 ) -> None:
     """Write the states in FILE (or stdin): `state export` lines, or Meltano's output.
 
@@ -285,7 +286,7 @@ def state_import(
 @store_options
 @click.pass_context
 @handle_errors
-def state_history(ctx: click.Context, state_id: str, output_format: str, **kw: Any) -> None:
+def state_history(ctx: click.Context, /, state_id: str, output_format: str, **kw: Any) -> None:
     """List the kept snapshots of STATE_ID, newest first, with what each changed."""
     state_id = ops.check_state_id(state_id)
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
@@ -367,7 +368,7 @@ def _history_table(
 @store_options
 @click.pass_context
 @handle_errors
-def state_rollback(ctx: click.Context, state_id: str, ref: str, **kw: Any) -> None:
+def state_rollback(ctx: click.Context, /, state_id: str, ref: str, **kw: Any) -> None:
     """Restore STATE_ID to a snapshot from `state history`, under the lease."""
     state_id = ops.check_state_id(state_id)
     settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])

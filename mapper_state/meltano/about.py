@@ -74,7 +74,7 @@ def print_about(fmt: str) -> None:
         description=DESCRIPTION,
         version=__version__,
         sdk_version=version("singer-sdk"),
-        supported_python_versions=["3.10", "3.11", "3.12", "3.13"],
+        supported_python_versions=["3.11", "3.12", "3.13"],
         capabilities=[PluginCapabilities.ABOUT],
         settings=settings_schema(),
         env_var_prefix=ENV_PREFIX,

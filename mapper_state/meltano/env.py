@@ -162,9 +162,9 @@ def backend_settings(
         if env.get(var):
             found[name] = (env[var], var)
     for spec in specs:
-        var = spec.meltano_env_var
-        if var and env.get(var):
-            found[spec.name] = (env[var], var)
+        name_var = spec.meltano_env_var
+        if name_var and env.get(name_var):
+            found[spec.name] = (env[name_var], name_var)
     uri = env.get(BACKEND_URI_VAR, "").strip()
     if not uri or uri.lower() == SYSTEMDB:
         found.pop("state_backend.uri", None)

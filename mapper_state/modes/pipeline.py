@@ -102,13 +102,13 @@ class Children:
 
     def __init__(self, tap: list[str], target: list[str]) -> None:
         self.received: int | None = None
-        kwargs = {"process_group": 0, "preexec_fn": _die_with_parent}
         try:
             self.target = subprocess.Popen(
                 target,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                **kwargs,  # type: ignore[arg-type]
+                process_group=0,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise MapperStateError(
@@ -116,7 +116,9 @@ class Children:
                 exit_code=ExitCode.TARGET_FAILED,
             ) from None
         try:
-            self.tap = subprocess.Popen(tap, stdout=subprocess.PIPE, **kwargs)  # type: ignore[arg-type]
+            self.tap = subprocess.Popen(
+                tap, stdout=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent
+            )
         except OSError as exc:
             self.target.kill()
             self.target.wait()

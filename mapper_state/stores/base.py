@@ -4,29 +4,37 @@ Everything clever (leases, fencing, Meltano's document layout, history) lives
 above this interface and is written once; a store only moves opaque bytes with
 the store's native conditional operations.
 
-Checklist for writing a new store (see ``file.py`` for a small one):
+Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for a cloud one):
 
-1. ``read`` returns ``None`` when the object is absent: "no state" is not an error.
-2. ``create`` must be atomic create-if-absent (S3 ``If-None-Match: *``, GCS
+1. Declare it: a :class:`StoreType` named ``STORE`` with its URI schemes, its settings
+   (short names; they become ``state_backend.<section>.<name>``, with their environment
+   variables, ``--about`` entries and Meltano variables, secrets redacted everywhere)
+   and its opener ``"module:function"``. A store with a heavy SDK is a package whose
+   ``__init__`` holds only the declaration, so listing settings never imports the SDK.
+   Built-in stores are listed in :data:`mapper_state.stores.BUILTIN`; others register
+   the declaration in the ``mapper_state.stores`` entry-point group.
+2. ``read`` returns ``None`` when the object is absent: "no state" is not an error.
+3. ``create`` must be atomic create-if-absent (S3 ``If-None-Match: *``, GCS
    ``if_generation_match=0``, Azure ``If-None-Match: *``, ``O_EXCL`` locally) and raise
    :class:`PreconditionFailed` when the object exists.
-3. ``replace`` must be an atomic compare-and-swap on the version returned by ``read``,
+4. ``replace`` must be an atomic compare-and-swap on the version returned by ``read``,
    ``create`` or a previous ``replace`` (ETag, generation...), raising
    :class:`PreconditionFailed` on a mismatch or when the object is gone.
-4. ``delete`` with ``if_version`` is conditional in the same way; without it, it
+5. ``delete`` with ``if_version`` is conditional in the same way; without it, it
    is unconditional and deleting an absent object is not an error.
-5. ``list`` yields every key under a key prefix, following pagination.
-6. Map the SDK's typed errors (or HTTP status codes), never message text:
+6. ``list`` yields every key under a key prefix, following pagination.
+7. Map the SDK's typed errors (or HTTP status codes), never message text:
    404 -> absent, 412/409 -> :class:`PreconditionFailed`, auth -> :class:`StoreAccessDenied`,
    anything else -> :class:`StoreError`. Retry transient failures (5xx, throttling,
-   connection resets) with :func:`mapper_state.stores.retry.retrying`, within a
-   ``retry_deadline_seconds`` attribute (the registry lowers it to a third of the
-   lease TTL).
-7. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
+   connection resets) in one layer only, :func:`mapper_state.stores.retry.retrying`
+   (the SDK's own retries off), within a ``retry_deadline_seconds`` attribute (the
+   registry lowers it to a third of the lease TTL). A cloud store gets all of this,
+   and paging, from :class:`mapper_state.stores.cloud.CloudStore`.
+8. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
    store joins its prefix exactly once, whatever slashes the user typed.
-8. Import the cloud SDK inside the store module only; the registry imports the
-   module only when its URI scheme is used.
-9. Run ``tests/contract`` against it with a fixture that starts a real server.
+9. Import the SDK inside the store's implementation only (the import-linter contract
+   in ``pyproject.toml`` checks it).
+10. Run ``tests/contract`` against it with a fixture that starts a real server.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ its first attempt had landed, and listing follows continuation tokens.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import ClassVar, TypeVar
 
@@ -91,6 +92,15 @@ class CloudStore:
     def read(self, key: str) -> Blob | None:
         raise NotImplementedError
 
+    def create(self, key: str, data: bytes) -> str:
+        raise NotImplementedError
+
+    def replace(self, key: str, data: bytes, if_version: str) -> str:
+        raise NotImplementedError
+
+    def delete(self, key: str, if_version: str | None = None) -> None:
+        raise NotImplementedError
+
     # -- written once ---------------------------------------------------------------
     def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
         """Run one request with retries; turn a permanent failure into a store error."""
@@ -128,7 +138,7 @@ class CloudStore:
         token: str | None = None
         while True:
             names, token = self._call(
-                "list", prefix, lambda token=token: self._list_page(root + prefix, token)
+                "list", prefix, functools.partial(self._list_page, root + prefix, token)
             )
             for name in names:
                 yield name[len(root) :]

@@ -168,7 +168,9 @@ class AzureBlobStore(CloudStore):
             name_starts_with=prefix, results_per_page=self.page_size
         ).by_page(continuation_token=token)
         names = [item.name for item in next(pages, [])]
-        return names, pages.continuation_token
+        # by_page() is typed as a plain iterator; at run time it is a PageIterator
+        token_after: str | None = getattr(pages, "continuation_token", None)
+        return names, token_after
 
 
 def _code(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ harmless because its content is the same.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 from botocore.config import Config
@@ -248,7 +248,9 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
     endpoint = options.get("endpoint_url") or None
     if endpoint and not str(endpoint).startswith(("http://", "https://")):
         raise ConfigError(f"setting {_SETTING}endpoint_url must start with http:// or https://")
-    checksums = "when_required" if endpoint else "when_supported"  # some S3-compatibles refuse them
+    checksums: Literal["when_required", "when_supported"] = (
+        "when_required" if endpoint else "when_supported"  # some S3-compatibles refuse them
+    )
     config = Config(
         # one retry layer: the store's own, within its deadline
         retries={"mode": "standard", "total_max_attempts": 1},
@@ -258,8 +260,12 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
         request_checksum_calculation=checksums,
         response_checksum_validation=checksums,
     )
+    credentials = _credentials(options)
     session = boto3.session.Session(
-        region_name=options.get("region") or None, **_credentials(options)
+        aws_access_key_id=credentials.get("aws_access_key_id"),
+        aws_secret_access_key=credentials.get("aws_secret_access_key"),
+        aws_session_token=credentials.get("aws_session_token"),
+        region_name=options.get("region") or None,
     )
     client = session.client("s3", endpoint_url=endpoint, config=config)
     return S3Store(
