@@ -42,10 +42,13 @@ def test_newest_state_is_stored_in_meltano_layout(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == data
     doc = stored_document(store_of(tmp_path), "dev:tap-a-to-target-b")
+    assert doc is not None
+    writer = doc.pop("mapper_state")  # beside Meltano's keys, which Meltano ignores
     assert doc == {
         "completed": {"singer_state": {"bookmarks": {"s": {"replication_key_value": 3}}}},
         "partial": {},
     }
+    assert writer["serial"] >= 1 and len(writer["run_id"]) == 12 and writer["written_at"] > 0
     state_dir = store_of(tmp_path) / "dev:tap-a-to-target-b"
     assert oct((state_dir / "state.json").stat().st_mode & 0o777) == "0o600"
     assert not (state_dir / "mapper-state.lease.json").exists()  # released

@@ -15,7 +15,8 @@ harmless because its content is the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import boto3
@@ -50,6 +51,9 @@ _DENIED_CODES = {
     "AllAccessDisabled",
     "403",
 }
+#: How long one attempt of each client may take (connecting, then reading); an attempt uses
+#: the longest that fits the budget left.
+_TIMEOUT_LADDER = (30.0, 10.0, 5.0, 2.0, 1.0, 0.5, 0.25)
 _THROTTLE_CODES = {
     "SlowDown",
     "Throttling",
@@ -94,13 +98,35 @@ class S3Store(CloudStore):
         *,
         write_args: Mapping[str, str] | None = None,
         endpoint: str | None = None,
+        client_for_timeout: Callable[[float], Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(bucket, prefix, **kwargs)
-        self.client = client
+        self._default_client = client
+        self._client_for_timeout = client_for_timeout
+        self._clients: dict[float, Any] = {}
+        self._clients_lock = threading.Lock()
         self.bucket = bucket
         self.write_args = dict(write_args or {})
         self.endpoint = endpoint or "AWS S3"
+        # AWS refuses a DeleteObject whose If-Match does not match; S3-compatible stores
+        # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
+        self.enforces_delete_conditions = endpoint is None
+
+    @property
+    def client(self) -> Any:
+        """A client whose timeouts fit the budget left: botocore fixes them per client, so
+        there is one client per rung of :data:`_TIMEOUT_LADDER`, made when first needed."""
+        if self._client_for_timeout is None:
+            return self._default_client
+        budget = self.budget()
+        rung = next((t for t in _TIMEOUT_LADDER if t <= budget), _TIMEOUT_LADDER[-1])
+        if rung >= self.read_timeout:
+            return self._default_client
+        with self._clients_lock:
+            if rung not in self._clients:
+                self._clients[rung] = self._client_for_timeout(rung)
+            return self._clients[rung]
 
     def _is_transient(self, exc: BaseException) -> bool:
         return _is_transient(exc)
@@ -251,15 +277,18 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
     checksums: Literal["when_required", "when_supported"] = (
         "when_required" if endpoint else "when_supported"  # some S3-compatibles refuse them
     )
-    config = Config(
-        # one retry layer: the store's own, within its deadline
-        retries={"mode": "standard", "total_max_attempts": 1},
-        connect_timeout=5,
-        read_timeout=30,
-        user_agent_extra="mapper-state",
-        request_checksum_calculation=checksums,
-        response_checksum_validation=checksums,
-    )
+
+    def config(attempt_seconds: float) -> Config:
+        return Config(
+            # one retry layer: the store's own, within its deadline
+            retries={"mode": "standard", "total_max_attempts": 1},
+            connect_timeout=min(5.0, attempt_seconds / 2),
+            read_timeout=attempt_seconds if attempt_seconds >= 30 else attempt_seconds / 2,
+            user_agent_extra="mapper-state",
+            request_checksum_calculation=checksums,
+            response_checksum_validation=checksums,
+        )
+
     credentials = _credentials(options)
     session = boto3.session.Session(
         aws_access_key_id=credentials.get("aws_access_key_id"),
@@ -267,7 +296,16 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
         aws_session_token=credentials.get("aws_session_token"),
         region_name=options.get("region") or None,
     )
-    client = session.client("s3", endpoint_url=endpoint, config=config)
+
+    def client_for_timeout(attempt_seconds: float) -> Any:
+        return session.client("s3", endpoint_url=endpoint, config=config(attempt_seconds))
+
     return S3Store(
-        client, bucket, prefix, write_args=_write_args(options), endpoint=endpoint, **kwargs
+        client_for_timeout(30.0),
+        bucket,
+        prefix,
+        write_args=_write_args(options),
+        endpoint=endpoint,
+        client_for_timeout=client_for_timeout,
+        **kwargs,
     )
