@@ -7,13 +7,14 @@ A store's test module subclasses :class:`StoreContract` and provides two fixture
 
 from __future__ import annotations
 
-import threading
+import functools
 
 import pytest
 
 from mapper_state.core import state
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import BlobStore, PreconditionFailed
+from tests.contract.racing import race
 
 
 class StoreContract:
@@ -124,31 +125,17 @@ class StoreContract:
     ) -> None:
         for round_ in range(5):
             key = f"race/{round_}"
-            winners: list[int] = []
-            barrier = threading.Barrier(4)
 
-            def attempt(
-                i: int,
-                client: BlobStore,
-                key: str = key,
-                barrier: threading.Barrier = barrier,
-                winners: list[int] = winners,
-            ) -> None:
-                barrier.wait()
+            def create(client: BlobStore, i: int, key: str = key) -> bool:
                 try:
                     client.create(key, str(i).encode())
-                    winners.append(i)
+                    return True
                 except PreconditionFailed:
-                    pass
+                    return False
 
-            threads = [
-                threading.Thread(target=attempt, args=(i, (store, second_client)[i % 2]))
-                for i in range(4)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            winners = race(
+                [functools.partial(create, (store, second_client)[i % 2], i) for i in range(4)]
+            )
             assert len(winners) == 1
             blob = store.read(key)
             assert blob is not None and blob.data == str(winners[0]).encode()
@@ -157,23 +144,15 @@ class StoreContract:
         self, store: BlobStore, second_client: BlobStore
     ) -> None:
         version = store.create("cas", b"0")
-        winners: list[int] = []
-        barrier = threading.Barrier(4)
 
-        def attempt(i: int, client: BlobStore) -> None:
-            barrier.wait()
+        def replace(client: BlobStore, i: int) -> bool:
             try:
                 client.replace("cas", str(i + 1).encode(), if_version=version)
-                winners.append(i)
+                return True
             except PreconditionFailed:
-                pass
+                return False
 
-        threads = [
-            threading.Thread(target=attempt, args=(i, (store, second_client)[i % 2]))
-            for i in range(4)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        winners = race(
+            [functools.partial(replace, (store, second_client)[i % 2], i) for i in range(4)]
+        )
         assert len(winners) == 1

@@ -74,6 +74,8 @@ class GcsStore(CloudStore):
         self, client: storage.Client, bucket: str, prefix: str = "", **kwargs: Any
     ) -> None:
         super().__init__(bucket, prefix, **kwargs)
+        # an emulator may ignore delete preconditions (fake-gcs-server does): release by CAS
+        self.enforces_delete_conditions = not _emulator_host()
         self.client = client
         self.bucket = client.bucket(bucket)
         self._bucket_seen = False

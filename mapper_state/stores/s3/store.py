@@ -4,7 +4,11 @@
 ``PutObject`` with ``If-None-Match: *``, replace is ``PutObject`` with ``If-Match:
 <ETag>``, a versioned delete is ``DeleteObject`` with ``If-Match``. Some
 S3-compatible stores accept these headers and ignore them; ``mapper-state doctor``
-detects that.
+detects that. Some ignore ``If-Match`` on deletes only (MinIO, Ceph RGW): an
+endpoint other than AWS is not taken to enforce it, so its leases are released by
+compare-and-swap. Ceph RGW matches ``If-Match`` only against the ETag without its
+quotes: a replace refused while the object is still at the version given is retried
+unquoted, and the store remembers it for the endpoint (AWS is never second-guessed).
 
 Versions are ETags. For a plain upload S3's ETag is the MD5 of the content, so
 writing the very same bytes again keeps the same version: a compare-and-swap
@@ -111,7 +115,10 @@ class S3Store(CloudStore):
         self.endpoint = endpoint or "AWS S3"
         # AWS refuses a DeleteObject whose If-Match does not match; S3-compatible stores
         # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
+        self.endpoint_is_aws = endpoint is None
         self.enforces_delete_conditions = endpoint is None
+        #: Measured on the first refused replace: this endpoint wants If-Match unquoted.
+        self.unquoted_etags = False
 
     @property
     def client(self) -> Any:
@@ -217,12 +224,27 @@ class S3Store(CloudStore):
     def create(self, key: str, data: bytes) -> str:
         return self._put("create", key, data, {"IfNoneMatch": "*"})
 
+    def _if_match(self, version: str) -> str:
+        return version.strip('"') if self.unquoted_etags else version
+
     def replace(self, key: str, data: bytes, if_version: str) -> str:
-        return self._put("replace", key, data, {"IfMatch": if_version})
+        try:
+            return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
+        except PreconditionFailed:
+            if self.unquoted_etags or self.endpoint_is_aws or not if_version.startswith('"'):
+                raise
+            # Ceph RGW compares If-Match with its stored ETag, which has no quotes, and so
+            # refuses the ETag exactly as S3 returned it. If the object is still at our
+            # version, the refusal was that: from now on send ETags unquoted here.
+            current = self.read(key)
+            if current is None or current.version.strip('"') != if_version.strip('"'):
+                raise
+            self.unquoted_etags = True
+            return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
 
     def delete(self, key: str, if_version: str | None = None) -> None:
         full = self._key(key)
-        condition = {"IfMatch": if_version} if if_version is not None else {}
+        condition = {"IfMatch": self._if_match(if_version)} if if_version is not None else {}
 
         def delete() -> None:
             try:
