@@ -51,6 +51,15 @@ def emit(level: str, message: str, **fields: Any) -> None:
         pass
 
 
+def traceback_text(text: str) -> None:
+    """A multi-line text (a traceback asked for with ``MAPPER_STATE_DEBUG``), secrets hidden."""
+    try:
+        sys.stderr.write(_redact(text))
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+
+
 def info(message: str, **fields: Any) -> None:
     emit("info", message, **fields)
 

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from mapper_state import signals
+from mapper_state import log, signals
 from mapper_state.errors import LeaseBusy, LeaseLost
 from mapper_state.redact import redact, uri_secrets
 from mapper_state.stores.base import Blob, BlobStore, PreconditionFailed, StoreError
@@ -280,6 +280,7 @@ class Lease:
     def acquire(self) -> None:
         """Take the lease, waiting up to ``wait`` seconds for a busy one; else :class:`LeaseBusy`."""
         deadline = time.monotonic() + self.wait
+        said = False
         while True:
             holder = self.try_acquire()
             if holder is None:
@@ -287,6 +288,12 @@ class Lease:
             if time.monotonic() + self.retry > deadline:
                 waited = f" after waiting {self.wait:g}s" if self.wait else ""
                 raise LeaseBusy(f"state ID {self.state_id} is busy{waited}: {holder.describe()}")
+            if not said:
+                log.info(
+                    f"state ID {self.state_id} is busy, waiting up to {self.wait:g}s: "
+                    f"{holder.describe()}"
+                )
+                said = True
             time.sleep(self.retry)
 
     # -- hold ----------------------------------------------------------------------
