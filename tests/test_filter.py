@@ -326,3 +326,30 @@ def test_an_unreachable_store_is_exit_5_in_one_line(tmp_path: Path) -> None:
     err = result.stderr.decode()
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"cannot reach S3 at http://127.0.0.1:{port}" in err
+
+
+def test_sdk_debug_logging_hides_the_credentials(tmp_path: Path) -> None:
+    """MAPPER_STATE_DEBUG=1 shows botocore's requests, with every secret hidden."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    key_id, secret = "AKIDEXAMPLE0SECRET7", "secret-access-key-value-9f3"
+    common = ["state", "get", "x", "--state-backend-uri", "s3://bucket/prefix"]
+    common += ["--set", f"state_backend.s3.endpoint_url=http://127.0.0.1:{port}"]
+    common += ["--lock-timeout-seconds", "1"]
+    from_env = clean_env(
+        AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret, MAPPER_STATE_DEBUG="1"
+    )
+    from_flags = ["--set", f"state_backend.s3.aws_access_key_id={key_id}"]
+    from_flags += ["--set", f"state_backend.s3.aws_secret_access_key={secret}"]
+    for args, env in (
+        (common, from_env),
+        (common + from_flags, clean_env(MAPPER_STATE_DEBUG="1")),
+    ):
+        result = run_cli(*args, cwd=tmp_path, env=env)
+        assert result.returncode == 5
+        err = result.stderr.decode()
+        assert "botocore" in err and "Credential=***/" in err  # the debug log is there
+        assert key_id not in err and secret not in err
