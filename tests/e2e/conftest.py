@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import tools
-from tests.e2e.postgres import PostgresServer, postgres  # noqa: F401  (session fixture)
+from tests.pg import PostgresServer
 
 E2E_DIR = Path(__file__).resolve().parent
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -188,7 +188,7 @@ def discover_catalog(tap: Path, config: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def discovered_catalog(
-    postgres: PostgresServer,  # noqa: F811
+    postgres: PostgresServer,
     real_tools: Tools,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[str, dict[str, Any]]:
@@ -219,7 +219,7 @@ def catalog_for(discovered: tuple[str, dict[str, Any]], schema: str) -> dict[str
 
 @pytest.fixture
 def source(
-    postgres: PostgresServer,  # noqa: F811
+    postgres: PostgresServer,
     real_tools: Tools,
     discovered_catalog: tuple[str, dict[str, Any]],
     tmp_path: Path,

@@ -1,8 +1,6 @@
-"""A throw-away PostgreSQL cluster for the end-to-end tests.
+"""A throw-away PostgreSQL cluster, for any test that asks for it.
 
-Use it from a conftest or a test module::
-
-    from tests.e2e.postgres import postgres  # noqa: F401  (registers the fixture)
+A pytest plugin (``tests/conftest.py`` registers it)::
 
     def test_something(postgres):
         postgres.execute("CREATE TABLE t (id int PRIMARY KEY, updated_at timestamptz)")
