@@ -13,21 +13,20 @@ from typing import Any
 
 import orjson
 
-from mapper_state.redact import redact
+from mapper_state import redact
 
-_secrets: list[str] = []
 _json = False
 
 
 def configure(settings: Any) -> None:
     """Remember the secrets to hide and the format to use."""
     global _json
-    _secrets[:] = settings.secrets()
+    redact.remember(settings.secrets())
     _json = settings["log_format"] == "json"
 
 
 def _redact(text: str) -> str:
-    return redact(text, _secrets)
+    return redact.redact_known(text)
 
 
 def emit(level: str, message: str, **fields: Any) -> None:

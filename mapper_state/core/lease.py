@@ -25,6 +25,7 @@ import orjson
 
 from mapper_state import signals
 from mapper_state.errors import LeaseBusy, LeaseLost
+from mapper_state.redact import redact_known
 from mapper_state.stores.base import Blob, BlobStore, PreconditionFailed, StoreError
 
 LEASE_FILE = "mapper-state.lease.json"
@@ -110,7 +111,10 @@ def new_run_id() -> str:
 
 
 def current_command() -> str:
-    return " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200]
+    """This process's command line as the lease and history records keep it: secrets hidden
+    (before it is cut to length, so that no part of one survives)."""
+    argv = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
+    return redact_known(argv)[:200]
 
 
 class Lease:
