@@ -408,6 +408,15 @@ def test_a_role_without_create_gets_one_line_naming_the_privilege(
     with pytest.raises(StoreAccessDenied, match=f"lacks DELETE on public.{pg_location.table} for"):
         store.delete("id/state.json")
 
+    # the grants the README gives are all it needs
+    table = f'public."{pg_location.table}"'
+    server.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}")
+    server.execute(f'GRANT USAGE ON SEQUENCE public."{pg_location.table}_version_seq" TO {role}')
+    version = store.create("id/lease", b"1")
+    version = store.replace("id/lease", b"2", if_version=version)
+    store.delete("id/lease", if_version=version)
+    assert run_cli("doctor", env=env).returncode == 0
+
 
 def test_doctor_passes_through_the_cli(pg_location: PostgresLocation) -> None:
     result = run_cli("doctor", "--format", "json", env=pg_env(pg_location))
