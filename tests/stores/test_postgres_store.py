@@ -339,13 +339,14 @@ def test_the_password_never_appears_in_any_output(
         ("--state-id", "p", *flag),  # busy: names the holder and its command line
         ("lock", "status", "p", *flag),
         ("lock", "status", "p", "--format", "json", *flag),
-        ("state", "list", "--long", *flag),
+        ("state", "list", "--format", "json", *flag),
         ("doctor", *flag),
         ("doctor", "--format", "json", *flag),
         ("--about", *flag),
         ("--about", "--format", "json", *flag),
     ):
         result = run_cli(*args, env=env)
+        assert result.returncode == (3 if args[0] == "--state-id" else 0), (args, result.stderr)
         outputs += [result.stdout, result.stderr]
     assert b"is busy: held by run" in outputs[1]
     assert b"verdict: the store is safe for locking." in b"".join(outputs)
