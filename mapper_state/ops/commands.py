@@ -34,7 +34,7 @@ from mapper_state.errors import (
     StateNotFound,
 )
 from mapper_state.settings import Settings
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+from mapper_state.stores.base import BlobStore, Entry, PreconditionFailed, StoreError, listing
 
 RESERVED_PREFIX = ".mapper-state"
 """State IDs whose first segment starts with this are reserved (``doctor``'s scratch keys)."""
@@ -98,18 +98,31 @@ def _literal_prefix(pattern: str) -> str:
     return pattern[: match.start()] if match else pattern
 
 
+def state_keys(store: BlobStore, pattern: str | None = None) -> Iterator[Entry]:
+    """The listing that finds states: everything under the pattern's literal prefix but the
+    history (:data:`history.HISTORY_ROOT`), which the store skips without paging through it."""
+    prefix = _literal_prefix(pattern) if pattern else ""
+    return listing(store, prefix, exclude=history.HISTORY_ROOT)
+
+
 def list_state_ids(store: BlobStore, pattern: str | None = None) -> list[str]:
     """State IDs in the store (keys ending in ``/state.json``), sorted, matching ``pattern``."""
+    return sorted(state_entries(store, pattern))
+
+
+def state_entries(store: BlobStore, pattern: str | None = None) -> dict[str, Entry]:
+    """``{state ID: its state.json's listing entry}`` for the states matching ``pattern``."""
     suffix = "/" + state.STATE_FILE
-    found = set()
-    for key in store.list(_literal_prefix(pattern) if pattern else ""):
+    found = {}
+    for entry in state_keys(store, pattern):
+        key = entry.key
         if not key.endswith(suffix):
             continue
         state_id = key[: -len(suffix)]
         if is_reserved(state_id) or (pattern and not fnmatch.fnmatchcase(state_id, pattern)):
             continue
-        found.add(state_id)
-    return sorted(found)
+        found[state_id] = entry
+    return found
 
 
 def not_found(store: BlobStore, state_id: str) -> StateNotFound:
