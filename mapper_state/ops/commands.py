@@ -33,6 +33,7 @@ from mapper_state.errors import (
     MapperStateError,
     StateNotFound,
 )
+from mapper_state.ops.fetch import fetch_all
 from mapper_state.settings import Settings
 from mapper_state.stores.base import BlobStore, Entry, PreconditionFailed, StoreError, listing
 
@@ -271,8 +272,7 @@ def clear_state(store: BlobStore, state_id: str, guard: Guard, *, with_history: 
 def refuse_busy(store: BlobStore, state_ids: list[str], what: str) -> None:
     """Fail before touching anything if any of ``state_ids`` is held by a live run."""
     now = time.time()
-    for state_id in state_ids:
-        holder, _ = read_lease(store, state_id)
+    for state_id, (holder, _) in fetch_all(state_ids, lambda i: read_lease(store, i)):
         if holder is not None and not holder.is_expired(now):
             raise LeaseBusy(f"{what}: state ID {state_id} is busy: {holder.describe()}")
 
@@ -367,9 +367,9 @@ def rollback(
 
 
 def export_states(store: BlobStore, pattern: str | None = None) -> Iterator[tuple[str, Any]]:
-    """``(state_id, singer_state)`` for every state, in state ID order."""
-    for state_id in list_state_ids(store, pattern):
-        snapshot = state.load(store, state_id)
+    """``(state_id, singer_state)`` for every state, in state ID order (read concurrently)."""
+    loaded = fetch_all(list_state_ids(store, pattern), lambda i: state.load(store, i))
+    for state_id, snapshot in loaded:
         if snapshot.exists:
             yield state_id, {} if snapshot.value is None else snapshot.value
 
@@ -487,7 +487,8 @@ def import_states(
 ) -> None:
     """Write every entry, each under its lease; refuse up front if any exists or is busy."""
     if not force:
-        existing = [e.state_id for e in entries if state.load(store, e.state_id).exists]
+        loaded = fetch_all([e.state_id for e in entries], lambda i: state.load(store, i))
+        existing = [state_id for state_id, snapshot in loaded if snapshot.exists]
         if existing:
             shown = ", ".join(existing[:5]) + (" ..." if len(existing) > 5 else "")
             raise StateExists(
