@@ -89,6 +89,13 @@ _RUN_OPTIONS = (
         "--full-refresh", "full_refresh", is_flag=True, default=None, help="Hand the tap no state."
     ),
     click.option(
+        "--full-refresh-stream",
+        "full_refresh_streams",
+        multiple=True,
+        metavar="STREAM",
+        help="Hand the tap the state without STREAM's bookmark, keep the others (repeatable).",
+    ),
+    click.option(
         "--dry-run",
         "dry_run",
         is_flag=True,
@@ -116,6 +123,13 @@ _RUN_OPTIONS = (
         help="Hold the lease but leave state.json to another writer.",
     ),
     click.option(
+        "--metrics-file",
+        "metrics_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Write Prometheus metrics here at each commit and at exit.",
+    ),
+    click.option(
         "--log-format",
         "log_format",
         type=click.Choice(["text", "json"]),
@@ -126,10 +140,12 @@ _RUN_OPTIONS = (
 _RUN_SETTINGS = (
     "state_id",
     "full_refresh",
+    "full_refresh_streams",
     "dry_run",
     "checkpoint_interval_seconds",
     "state_merge",
     "lock_only",
+    "metrics_file",
     "log_format",
 )
 
@@ -143,6 +159,9 @@ def run_options(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, settings_flags: dict[str, Any], **kwargs: Any) -> Any:
         settings_flags.update({name: kwargs.pop(name) for name in _RUN_SETTINGS})
+        settings_flags["full_refresh_streams"] = (
+            list(settings_flags["full_refresh_streams"]) or None
+        )
         return func(*args, settings_flags=settings_flags, **kwargs)
 
     for option in reversed(_RUN_OPTIONS):

@@ -19,11 +19,13 @@ from mapper_state.cli.output import (
     out,
     parse_input,
     plural,
+    read_input,
     yes_option,
 )
 from mapper_state.core import history, state
 from mapper_state.errors import BadInput
 from mapper_state.ops import commands as ops
+from mapper_state.ops import streams
 
 # -- state ---------------------------------------------------------------------------
 
@@ -58,28 +60,50 @@ def state_list(ctx: click.Context, pattern: str | None, output_format: str, **kw
         log.info(f"no states{' match ' + pattern if pattern else ''} in {store.display_uri}")
 
 
+stream_option = click.option(
+    "--stream",
+    "stream",
+    metavar="STREAM",
+    help="Only the bookmark of STREAM (bookmarks.STREAM).",
+)
+
+
 @state_group.command("get")
 @click.argument("state_id")
+@stream_option
 @meltano_option
 @format_option
 @store_options
 @click.pass_context
 @handle_errors
 def state_get(
-    ctx: click.Context, state_id: str, meltano: bool, output_format: str, **kw: Any
+    ctx: click.Context,
+    state_id: str,
+    stream: str | None,
+    meltano: bool,
+    output_format: str,
+    **kw: Any,
 ) -> None:
     """Print the Singer state of STATE_ID, as a tap's --state accepts it.
 
     `tap --state <(mapper-state state get ID)` hands it to a tap; `state set`
     accepts exactly what this prints. --format json prints it on one line.
+    --stream S prints only that stream's bookmark (what `state set --stream S` takes).
     """
     state_id = ops.check_state_id(state_id)
+    if stream is not None and meltano:
+        raise click.UsageError("--stream and --meltano do not go together")
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    if stream is not None:
+        out(dump(streams.get_stream(store, state_id, stream), output_format == "text"))
+        return
     value = ops.get_state(store, state_id)
     out(dump({"singer_state": value} if meltano else value, output_format == "text"))
 
 
-def _write_command(name: str, doc: str, write: ops.Writer, done: str) -> click.Command:
+def _write_command(
+    name: str, doc: str, write: ops.Writer, done: str, *, one_stream: bool = False
+) -> click.Command:
     """``state set`` and ``state merge``: a state from JSON or stdin, written under the lease."""
 
     @click.argument("state_id")
@@ -89,23 +113,50 @@ def _write_command(name: str, doc: str, write: ops.Writer, done: str) -> click.C
     @click.pass_context
     @handle_errors
     def command(
-        ctx: click.Context, state_id: str, state_json: str | None, meltano: bool, **kw: Any
+        ctx: click.Context,
+        state_id: str,
+        state_json: str | None,
+        meltano: bool,
+        stream: str | None = None,
+        **kw: Any,
     ) -> None:
         state_id = ops.check_state_id(state_id)
+        if stream is not None:
+            if meltano:
+                raise click.UsageError("--stream and --meltano do not go together")
+            bookmark = _parse_bookmark(state_json)
+            settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+            streams.set_stream(store, state_id, stream, bookmark, ops.Guard.from_settings(settings))
+            log.info(f"set the bookmark of stream {stream} in {state_id}")
+            return
         value = parse_input(state_json, meltano)
         settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
         write(store, state_id, value, ops.Guard.from_settings(settings))
         log.info(f"{done} {state_id}")
 
     command.__doc__ = doc
+    if one_stream:
+        command = stream_option(command)
     return state_group.command(name)(command)
+
+
+def _parse_bookmark(arg: str | None) -> Any:
+    data, where = read_input(arg)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BadInput(f"{where} is not valid JSON ({exc}); nothing was changed") from None
 
 
 state_set = _write_command(
     "set",
-    "Replace the state of STATE_ID (from JSON, or stdin with - or nothing), under the lease.",
+    """Replace the state of STATE_ID (from JSON, or stdin with - or nothing), under the lease.
+
+    With --stream S, replace only that stream's bookmark (bookmarks.S) with JSON and
+    keep the others.""",
     ops.set_state,
     "set the state of",
+    one_stream=True,
 )
 state_merge = _write_command(
     "merge",
@@ -125,6 +176,13 @@ state_merge = _write_command(
     is_flag=True,
     help="Remove the history snapshots too (cannot be undone; asks first).",
 )
+@click.option(
+    "--stream",
+    "stream_names",
+    multiple=True,
+    metavar="STREAM",
+    help="Remove only the bookmark of STREAM, keep the others (repeatable).",
+)
 @yes_option
 @store_options
 @click.pass_context
@@ -135,20 +193,36 @@ def state_clear(
     clear_all: bool,
     pattern: str | None,
     with_history: bool,
+    stream_names: tuple[str, ...],
     yes: bool,
     **kw: Any,
 ) -> None:
     """Remove the state of STATE_ID (or --all), under the lease.
 
     The history is kept, so `state rollback` can restore a cleared state;
-    --history removes it too.
+    --history removes it too. --stream S removes only that stream's bookmark,
+    so the next run extracts S from the start and resumes the others.
     """
     if bool(state_id) == clear_all:
         raise click.UsageError("give a state ID or --all (not both)")
     if pattern and not clear_all:
         raise click.UsageError("--pattern goes with --all")
+    if stream_names and (clear_all or with_history):
+        raise click.UsageError("--stream goes with one state ID, without --all or --history")
     settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
     guard = ops.Guard.from_settings(settings)
+    if state_id and stream_names:
+        state_id = ops.check_state_id(state_id)
+        streams.clear_streams(store, state_id, list(dict.fromkeys(stream_names)), guard)
+        names = ", ".join(dict.fromkeys(stream_names))
+        kept = history.snapshot_names(store, state_id)
+        how = (
+            f"; `mapper-state state rollback {state_id} --to {kept[-2]}` undoes it"
+            if len(kept) > 1
+            else ""
+        )
+        log.info(f"cleared the bookmark of {names} in {state_id}{how}")
+        return
     undo = (
         "this cannot be undone"
         if with_history or guard.history_keep == 0

@@ -84,13 +84,14 @@ class Progress:
 @contextlib.contextmanager
 def private_state_file(session: Session) -> Iterator[str | None]:
     """The prior state in a 0600 temp file for ``--state``, or ``None`` without one."""
-    if session.settings["full_refresh"] or session.prior is None or session.prior.value is None:
+    value = session.tap_state
+    if value is None:
         yield None
         return
     fd, path = tempfile.mkstemp(prefix="mapper-state-", suffix=".json")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(session.prior.value))
+            f.write(orjson.dumps(value))
         yield path
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -218,13 +218,15 @@ def _remove(
         ) from None
 
 
-def _write(
+def write_with(
     store: BlobStore,
     state_id: str,
     guard: Guard,
     compute: Callable[[StateSnapshot], Any],
     note: str,
 ) -> Any:
+    """Under the lease: read the state, ``compute`` the new one from it, write it (with
+    history snapshots before and after); return what was written."""
     with guard.lease(store, state_id) as lease:
         snapshot = state.load(store, state_id)
         value = compute(snapshot)
@@ -237,7 +239,7 @@ Writer = Callable[[BlobStore, str, Any, Guard], Any]
 
 
 def set_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> None:
-    _write(store, state_id, guard, lambda _: value, "state set")
+    write_with(store, state_id, guard, lambda _: value, "state set")
 
 
 def merge_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> Any:
@@ -248,7 +250,7 @@ def merge_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> An
             raise not_found(store, state_id)
         return state.deep_merge(snapshot.value or {}, value)
 
-    return _write(store, state_id, guard, merged, "state merge")
+    return write_with(store, state_id, guard, merged, "state merge")
 
 
 def clear_state(store: BlobStore, state_id: str, guard: Guard, *, with_history: bool) -> str | None:
@@ -314,7 +316,7 @@ def copy_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: boo
         _refuse_existing(target, force)
         return source.value
 
-    _write(store, dst, guard, value, f"state copy from {src}")
+    write_with(store, dst, guard, value, f"state copy from {src}")
 
 
 def move_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool) -> None:
@@ -503,6 +505,6 @@ def import_states(
             _refuse_existing(target, force)
             return values[state_id]
 
-        _write(store, state_id, guard, value, "state import")
+        write_with(store, state_id, guard, value, "state import")
 
     _each(list(values), write, "imported")
