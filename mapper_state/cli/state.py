@@ -25,7 +25,7 @@ from mapper_state.cli.output import (
 from mapper_state.core import history, state
 from mapper_state.errors import BadInput
 from mapper_state.ops import commands as ops
-from mapper_state.ops import streams
+from mapper_state.ops import diff, streams
 
 # -- state ---------------------------------------------------------------------------
 
@@ -430,6 +430,93 @@ def _history_table(
     for row in table:
         cells = [row[i].ljust(widths[i]) for i in range(last)]
         lines.append("  ".join([*cells, row[last]]).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+@state_group.command("diff")
+@click.argument("state_id")
+@click.argument("refs", metavar="[SNAPSHOT [SNAPSHOT]]", nargs=-1)
+@format_option
+@store_options
+@click.pass_context
+@handle_errors
+def state_diff(
+    ctx: click.Context, state_id: str, refs: tuple[str, ...], output_format: str, **kw: Any
+) -> None:
+    """Show which bookmark moved from what to what, stream by stream.
+
+    With no SNAPSHOT, between the two newest snapshots (what the last run changed);
+    with one, from it to the current state; with two, from the first to the second.
+    A snapshot is a name from `state history` (or its unique start), or `current`.
+    """
+    state_id = ops.check_state_id(state_id)
+    _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    result = diff.diff(store, state_id, refs)
+    if output_format == "json":
+        out(orjson.dumps(_diff_doc(result)) + b"\n")
+    else:
+        out(_diff_text(result))
+
+
+def _side_doc(side: diff.Side) -> dict[str, Any]:
+    return {
+        "snapshot": side.label,
+        "time": side.time.isoformat().replace("+00:00", "Z") if side.time else None,
+        "run_id": side.run_id,
+    }
+
+
+def _change_doc(change: diff.Change) -> dict[str, Any]:
+    return {"path": change.path, "change": change.kind, "from": change.old, "to": change.new}
+
+
+def _diff_doc(result: diff.StateDiff) -> dict[str, Any]:
+    return {
+        "state_id": result.state_id,
+        "from": _side_doc(result.old),
+        "to": _side_doc(result.new),
+        "streams": [
+            {
+                "stream": s.stream,
+                "change": s.kind,
+                "changes": [_change_doc(c) for c in s.changes],
+            }
+            for s in result.streams
+        ],
+        "other": [_change_doc(c) for c in result.other],
+        "unchanged": list(result.unchanged),
+    }
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _change_line(where: str, change: diff.Change) -> str:
+    path = f"{where}.{change.path}" if change.path and where else change.path or where
+    if change.kind == "added":
+        return f"  {path}: added {_shown(change.new)}"
+    if change.kind == "removed":
+        return f"  {path}: removed (was {_shown(change.old)})"
+    return f"  {path}: {_shown(change.old)} -> {_shown(change.new)}"
+
+
+def _side_text(side: diff.Side) -> str:
+    if side.time is None:
+        return side.label
+    return f"{side.label} ({side.time.strftime('%Y-%m-%d %H:%M:%S')} UTC, run {side.run_id})"
+
+
+def _diff_text(result: diff.StateDiff) -> str:
+    lines = [f"{result.state_id}: {_side_text(result.old)} -> {_side_text(result.new)}"]
+    for stream in result.streams:
+        lines += [_change_line(stream.stream, c) for c in stream.changes]
+    lines += [_change_line("", c) for c in result.other]
+    if not result.moved:
+        lines.append("  no bookmark moved")
+    if result.unchanged:
+        lines.append(f"  {plural(len(result.unchanged), 'stream')} unchanged")
     return "\n".join(lines) + "\n"
 
 
