@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import click
@@ -11,6 +12,7 @@ import orjson
 from mapper_state import log
 from mapper_state.cli.common import handle_errors, store_options
 from mapper_state.cli.output import (
+    ago,
     confirm,
     dump,
     format_option,
@@ -23,9 +25,10 @@ from mapper_state.cli.output import (
     yes_option,
 )
 from mapper_state.core import history, state
-from mapper_state.errors import BadInput
+from mapper_state.core.lease import format_time
+from mapper_state.errors import BadInput, ExitCode
 from mapper_state.ops import commands as ops
-from mapper_state.ops import diff, streams
+from mapper_state.ops import diff, fleet, streams
 
 # -- state ---------------------------------------------------------------------------
 
@@ -44,12 +47,40 @@ def state_group() -> None:
 
 @state_group.command("list")
 @click.option("--pattern", metavar="GLOB", help="Only state IDs matching GLOB (* ? [...]).")
+@click.option(
+    "--long",
+    "long_format",
+    is_flag=True,
+    help="Last written (time, age), writer's run ID, lease holder, snapshots kept.",
+)
+@click.option(
+    "--stale",
+    metavar="DURATION",
+    help="Only states that have not moved for DURATION (90s, 15m, 36h, 2d, 1w); "
+    "exit 12 when there are any.",
+)
 @format_option
 @store_options
 @click.pass_context
 @handle_errors
-def state_list(ctx: click.Context, pattern: str | None, output_format: str, **kw: Any) -> None:
-    """List the state IDs in the store."""
+def state_list(
+    ctx: click.Context,
+    pattern: str | None,
+    long_format: bool,
+    stale: str | None,
+    output_format: str,
+    **kw: Any,
+) -> None:
+    """List the state IDs in the store.
+
+    --long shows, for each, when it was last written and how long ago, the run
+    that wrote it, who holds its lease and until when, and the snapshots kept.
+    --stale DURATION shows the same for the pipelines whose state has not moved
+    for that long, and exits 12 when there are any (for a cron check or an alert).
+    """
+    if stale is not None or long_format:
+        _fleet(ctx, pattern, stale, output_format, kw)
+        return
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
     ids = ops.list_state_ids(store, pattern)
     if output_format == "json":
@@ -58,6 +89,94 @@ def state_list(ctx: click.Context, pattern: str | None, output_format: str, **kw
         out("".join(f"{i}\n" for i in ids))
     else:
         log.info(f"no states{' match ' + pattern if pattern else ''} in {store.display_uri}")
+
+
+def _fleet(
+    ctx: click.Context,
+    pattern: str | None,
+    stale: str | None,
+    output_format: str,
+    kw: dict[str, Any],
+) -> None:
+    limit = fleet.parse_duration(stale) if stale is not None else None
+    _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+    now = time.time()
+    pipelines = fleet.survey(store, pattern)
+    shown = pipelines if limit is None else fleet.stale(pipelines, limit, now)
+    shown = fleet.details(store, shown)
+    if output_format == "json":
+        out(orjson.dumps([_pipeline_doc(p, now) for p in shown]) + b"\n")
+    elif shown:
+        out(_fleet_table(shown, now))
+    if limit is None:
+        if not pipelines:
+            log.info(f"no states{' match ' + pattern if pattern else ''} in {store.display_uri}")
+        return
+    if shown:
+        log.warning(
+            f"{len(shown)} of {plural(len(pipelines), 'state')} in {store.display_uri} "
+            f"have not moved for {stale}"
+        )
+        sys.exit(ExitCode.STALE)
+    log.info(f"every one of {plural(len(pipelines), 'state')} moved within {stale}")
+
+
+def _iso(epoch: float | None) -> str | None:
+    return None if epoch is None else format_time(epoch)
+
+
+def _pipeline_doc(p: fleet.Pipeline, now: float) -> dict[str, Any]:
+    lease: dict[str, Any] = {"status": p.lease_status}
+    if p.holder is not None:
+        lease.update(
+            run_id=p.holder.run_id,
+            host=p.holder.host,
+            pid=p.holder.pid,
+            since=format_time(p.holder.acquired_at),
+            expires_at=format_time(p.holder.expires_at),
+        )
+    age = p.age(now)
+    return {
+        "state_id": p.state_id,
+        "last_written": _iso(p.last_written),
+        "age_seconds": None if age is None else round(age, 3),
+        "writer_run_id": p.writer_run_id,
+        "lease": lease,
+        "snapshots": p.snapshots,
+    }
+
+
+def _lease_text(p: fleet.Pipeline, now: float) -> str:
+    if p.holder is None:
+        return "-" if p.lease_status == "free" else p.lease_status
+    who = f"{p.holder.run_id} on {p.holder.host}"
+    if p.lease_status == "expired":
+        return f"expired ({who})"
+    return f"{who}, expires {format_time(p.holder.expires_at)} ({ago(p.holder.expires_at - now)})"
+
+
+def _fleet_table(pipelines: list[fleet.Pipeline], now: float) -> str:
+    rows = [("STATE ID", "LAST WRITTEN (UTC)", "AGE", "WRITER", "SNAPSHOTS", "LEASE")]
+    for p in pipelines:
+        age = p.age(now)
+        rows.append(
+            (
+                p.state_id,
+                "-"
+                if p.last_written is None
+                else format_time(p.last_written).replace("T", " ")[:-1],
+                "unknown" if age is None else ago(age),
+                p.writer_run_id or "-",
+                str(p.snapshots),
+                _lease_text(p, now),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = [
+        "  ".join([*(r[i].ljust(widths[i]) for i in range(len(widths))), r[-1]]).rstrip()
+        for r in rows
+    ]
+    return "\n".join(lines) + "\n"
 
 
 stream_option = click.option(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +94,8 @@ def check_state_id(state_id: str | None) -> str:
 # -- reading -----------------------------------------------------------------------
 
 
-def _literal_prefix(pattern: str) -> str:
+def literal_prefix(pattern: str) -> str:
+    """The part of a glob before its first wildcard: where a listing for it starts."""
     match = re.search(r"[*?\[]", pattern)
     return pattern[: match.start()] if match else pattern
 
@@ -102,7 +103,7 @@ def _literal_prefix(pattern: str) -> str:
 def state_keys(store: BlobStore, pattern: str | None = None) -> Iterator[Entry]:
     """The listing that finds states: everything under the pattern's literal prefix but the
     history (:data:`history.HISTORY_ROOT`), which the store skips without paging through it."""
-    prefix = _literal_prefix(pattern) if pattern else ""
+    prefix = literal_prefix(pattern) if pattern else ""
     return listing(store, prefix, exclude=history.HISTORY_ROOT)
 
 
@@ -111,11 +112,16 @@ def list_state_ids(store: BlobStore, pattern: str | None = None) -> list[str]:
     return sorted(state_entries(store, pattern))
 
 
-def state_entries(store: BlobStore, pattern: str | None = None) -> dict[str, Entry]:
-    """``{state ID: its state.json's listing entry}`` for the states matching ``pattern``."""
+def state_entries(
+    store: BlobStore, pattern: str | None = None, entries: Iterable[Entry] | None = None
+) -> dict[str, Entry]:
+    """``{state ID: its state.json's listing entry}`` for the states matching ``pattern``.
+
+    ``entries`` is :func:`state_keys`'s listing when the caller has it already.
+    """
     suffix = "/" + state.STATE_FILE
     found = {}
-    for entry in state_keys(store, pattern):
+    for entry in state_keys(store, pattern) if entries is None else entries:
         key = entry.key
         if not key.endswith(suffix):
             continue
