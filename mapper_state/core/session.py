@@ -77,8 +77,10 @@ class Session:
     def __enter__(self) -> Session:
         try:
             started = time.monotonic()
-            self.lease.acquire()
-            self.lease_wait_seconds = time.monotonic() - started
+            try:
+                self.lease.acquire()
+            finally:
+                self.lease_wait_seconds = time.monotonic() - started
             self.prior = state.load(self.store, self.state_id)
             self.hooks.check_prior(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
