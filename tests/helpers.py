@@ -167,3 +167,38 @@ def race_for_one_lease(
         codes = sorted(p.wait(60) for p in procs)
         assert finished == [3] * (processes - 1), (round_, finished)
         assert codes == [0] + [3] * (processes - 1), (round_, codes)
+
+
+class StoreCli:
+    """Runs ``mapper-state`` against one store: a local directory, or a cloud emulator's
+    location (a ``tests.servers.StoreLocation``), with that store's settings."""
+
+    def __init__(self, name: str, env: dict[str, str], cwd: Path) -> None:
+        self.name = name
+        self.env = env
+        self.cwd = cwd
+
+    @classmethod
+    def local(cls, root: Path) -> StoreCli:
+        return cls("local", {"MAPPER_STATE_STATE_BACKEND__URI": f"file://{root}"}, root.parent)
+
+    @classmethod
+    def cloud(cls, location: Any, cwd: Path) -> StoreCli:
+        return cls(location.emulator.name, dict(location.env), cwd)
+
+    def __call__(
+        self, *args: str, input: bytes = b"", **env: str
+    ) -> subprocess.CompletedProcess[bytes]:
+        return run_cli(*args, input=input, cwd=self.cwd, env=clean_env(**self.env, **env))
+
+    def get(self, state_id: str, *args: str) -> Any:
+        """``state get ID --format json``: the stored Singer state, or None when there is none."""
+        result = self("state", "get", state_id, "--format", "json", *args)
+        if result.returncode == 10:
+            return None
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def set(self, state_id: str, value: Any) -> None:
+        result = self("state", "set", state_id, json.dumps(value))
+        assert result.returncode == 0, result.stderr

@@ -204,7 +204,7 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
     assert "leaving state.json to Meltano (lock_only)" in first.stderr
     assert "keeping the lease on dev:tap-sample-to-target-jsonl until Meltano" in first.stderr
     assert_no_fencing_trouble(first.stderr)
-    assert not (store / STATE_ID / "history").exists()  # mapper-state wrote no state
+    assert not (store / ".mapper-state" / "history" / STATE_ID).exists()  # it wrote no state
     wait_until_free([STATE_ID], ours)
 
     # Meltano's state is what mapper-state reads ...

@@ -16,6 +16,7 @@ STORE = StoreType(
     description="`postgresql://user@host:port/dbname` (`?schema=`, `?table=`): one table in a "
     "PostgreSQL database, through psycopg.",
     extra="postgres",
+    secret_env_vars=("PGPASSWORD",),
     settings=(
         SettingSpec(
             "password",

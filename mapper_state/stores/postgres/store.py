@@ -50,6 +50,7 @@ from mapper_state.errors import ConfigError
 from mapper_state.redact import redact, uri_secrets
 from mapper_state.stores.base import (
     Blob,
+    Entry,
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
@@ -536,26 +537,43 @@ class PostgresStore:
         raise PreconditionFailed(f"{self._where(key)} changed since version {if_version}")
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        for entry in self.list_entries(prefix):
+            yield entry.key
+
+    def list_entries(self, prefix: str = "", exclude: str | None = None) -> Iterator[Entry]:
+        """Keys under ``prefix`` but not under ``exclude``, with when each row was written.
+
+        The excluded range is left out by the query itself, so it costs nothing to skip.
+        """
+        if exclude and prefix.startswith(exclude):
+            return
+        skip = exclude if exclude and exclude.startswith(prefix) else None
         query = self._q(
-            "SELECT key FROM {table} WHERE key LIKE %s ESCAPE '\\' AND key > %s"
-            " ORDER BY key LIMIT %s"
+            "SELECT key, extract(epoch FROM updated_at) FROM {table}"
+            " WHERE key LIKE %s ESCAPE '\\' AND key > %s"
+            + (" AND key NOT LIKE %s ESCAPE '\\'" if skip else "")
+            + " ORDER BY key LIMIT %s"
         )
         pattern = _escape_like(prefix) + "%"
+        excluded = (_escape_like(skip) + "%",) if skip else ()
         after = ""
         while True:
 
-            def page(conn: Connection, after: str = after) -> list[str]:
+            def page(conn: Connection, after: str = after) -> list[tuple[str, float]]:
                 try:
-                    rows = conn.execute(query, (pattern, after, self.page_size)).fetchall()
+                    rows = conn.execute(
+                        query, (pattern, after, *excluded, self.page_size)
+                    ).fetchall()
                 except pg_errors.UndefinedTable:
                     return []
-                return [str(row[0]) for row in rows]
+                return [(str(row[0]), float(row[1])) for row in rows]
 
-            keys, _ = self._run("list", prefix, page)
-            yield from keys
-            if len(keys) < self.page_size:
+            rows, _ = self._run("list", prefix, page)
+            for key, modified in rows:
+                yield Entry(key, modified)
+            if len(rows) < self.page_size:
                 return
-            after = keys[-1]
+            after = rows[-1][0]
 
     def close(self) -> None:
         """Close the connection (a later call opens a new one)."""

@@ -65,6 +65,7 @@ _THROTTLE_CODES = {
     "RequestTimeout",
     "RequestLimitExceeded",
 }
+_LAST_CHARACTER = "\U0010ffff"
 _REGION_CODES = {
     "PermanentRedirect",
     "AuthorizationHeaderMalformed",
@@ -194,15 +195,21 @@ class S3Store(CloudStore):
 
         return self._conditional_write(op, key, data, put)
 
-    def _list_page(self, prefix: str, token: str | None) -> Page:
+    def _list_page(self, prefix: str, token: str | None, after: str | None = None) -> Page:
         args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         if token:
             args["ContinuationToken"] = token
+        if after:
+            # S3 orders keys by their UTF-8 bytes: no name under ``after`` sorts past this one
+            args["StartAfter"] = after + _LAST_CHARACTER
         if self.page_size:
             args["MaxKeys"] = self.page_size
         page = self.client.list_objects_v2(**args)
-        names = [item["Key"] for item in page.get("Contents", [])]
-        return names, page.get("NextContinuationToken") if page.get("IsTruncated") else None
+        entries = [
+            (item["Key"], item["LastModified"].timestamp() if "LastModified" in item else None)
+            for item in page.get("Contents", [])
+        ]
+        return entries, page.get("NextContinuationToken") if page.get("IsTruncated") else None
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:
