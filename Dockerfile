@@ -11,7 +11,7 @@
 #     -e MAPPER_STATE_TAP="tap-postgres --config /config/tap.json --catalog /config/catalog.json" \
 #     -e MAPPER_STATE_TARGET="target-jsonl --config /config/target.json" my-elt
 #
-# EXTRAS: s3, azure, gcs, all (the default) or empty for the local store only.
+# EXTRAS: s3, azure, gcs, postgres, all (the default) or empty for the local store only.
 # Taps and targets get their own virtual environments (their pins often clash).
 # Base and size: docs/container.md.
 FROM python:3.11-slim

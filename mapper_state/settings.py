@@ -59,7 +59,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         URI_SETTING,
         "string",
         "Where states live: `file:///path`, `file://relative/path`, `s3://bucket/prefix`, "
-        "`azure://container/prefix` or `gs://bucket/prefix`.",
+        "`azure://container/prefix`, `gs://bucket/prefix` or `postgresql://user@host:port/dbname`.",
         DEFAULT_URI,
     ),
     SettingSpec(

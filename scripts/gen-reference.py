@@ -203,7 +203,7 @@ def plugin_definition() -> dict[str, Any]:
         "executable": "mapper-state",
         "capabilities": ["about"],
         "maintenance_status": "beta",
-        "keywords": ["state", "lock", "s3", "gcs", "azure"],
+        "keywords": ["state", "lock", "s3", "gcs", "azure", "postgresql"],
         "settings_group_validation": [["state_id"]],
         "settings": [_meltano_setting(spec) for spec in catalog()],
         "usage": (

@@ -1,3 +1,3 @@
 """Shared pytest configuration."""
 
-pytest_plugins = ["tests.servers", "tests.rgw", "tests.dist"]
+pytest_plugins = ["tests.servers", "tests.rgw", "tests.pg", "tests.dist"]

@@ -122,3 +122,48 @@ def wait_for_lease(store: Path, state_id: str, timeout: float = 10) -> dict[str,
 
     wait_until(read, "the holder never took the lease", timeout)
     return found[-1]
+
+
+RACER = """
+import os, subprocess, sys, time
+start, mapper, release = float(sys.argv[1]), sys.argv[2], sys.argv[3]
+time.sleep(max(0, start - time.time()))
+p = subprocess.Popen([mapper, "--state-id", "race"], stdin=subprocess.PIPE,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# a loser exits at once; a holder keeps its stream (and lease) open until told to finish
+while p.poll() is None and not os.path.exists(release):
+    time.sleep(0.02)
+if p.poll() is None:
+    p.communicate(b'{"type":"STATE","value":{"n":1}}\\n')
+sys.exit(p.wait())
+"""
+
+
+def race_for_one_lease(
+    cwd: Path, env: dict[str, str], *, processes: int = 6, rounds: int = 8
+) -> None:
+    """``processes`` real filters start together on state ID ``race``, ``rounds`` times over:
+    exactly one gets the lease each time (whatever store ``env`` names).
+
+    The holder keeps the lease until all the others have given up (exit 3), so a second
+    holder, if there were one, would still be holding too and the round would fail.
+    """
+    for round_ in range(rounds):
+        release = cwd / f"release-{round_}"
+        start = time.time() + 0.3
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACER, str(start), MAPPER, str(release)], cwd=cwd, env=env
+            )
+            for _ in range(processes)
+        ]
+        deadline = time.monotonic() + 60
+        while sum(p.poll() is not None for p in procs) < processes - 1:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        finished = sorted(p.returncode for p in procs if p.returncode is not None)
+        release.touch()
+        codes = sorted(p.wait(60) for p in procs)
+        assert finished == [3] * (processes - 1), (round_, finished)
+        assert codes == [0] + [3] * (processes - 1), (round_, codes)

@@ -29,7 +29,7 @@ _STORE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
         "--state-backend-uri",
         "state_backend.uri",
         str,
-        "Store URI (file://, s3://, azure://, gs://).",
+        "Store URI (file://, s3://, azure://, gs://, postgresql://).",
     ),
     ("--lock-timeout-seconds", "state_backend.lock_timeout_seconds", float, "Lease TTL."),
     (

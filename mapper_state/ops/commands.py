@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -245,6 +245,13 @@ def _write(
 
 #: ``set_state`` or ``merge_state``: ``(store, state_id, value, guard)``.
 Writer = Callable[[BlobStore, str, Any, Guard], Any]
+
+
+#: ``copy_state`` or ``move_state``: ``(store, src, dst, guard, *, force)``.
+class Transfer(Protocol):
+    def __call__(
+        self, store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool
+    ) -> None: ...
 
 
 def set_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> None:
