@@ -22,7 +22,9 @@ ARG PLUGINS=""
 COPY dist/mapper_state-*.whl /tmp/dist/
 RUN set -eu; \
     set -- /tmp/dist/mapper_state-*.whl; \
-    if [ "$#" -ne 1 ]; then echo "dist/ must hold exactly one mapper-state wheel, not: $*" >&2; exit 1; fi; \
+    if [ "$#" -ne 1 ] || [ ! -f "$1" ]; then \
+      echo "dist/ must hold exactly one mapper-state wheel (run uv build), not: $*" >&2; exit 1; \
+    fi; \
     wheel="$1"; \
     if [ -n "${EXTRAS}" ]; then wheel="${wheel}[${EXTRAS}]"; fi; \
     pip install --no-cache-dir "${wheel}"; \

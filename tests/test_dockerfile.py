@@ -17,6 +17,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import MAPPER, clean_env, stored_state
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,11 +130,14 @@ def test_it_installs_the_wheel_with_its_extras(tmp_path: Path) -> None:
     assert f"pip install --no-cache-dir {tmp_path}/none/dist/{wheel}\n" in calls
 
 
-def test_it_refuses_a_dist_with_two_wheels(tmp_path: Path) -> None:
-    wheels = ["mapper_state-0.1.0-py3-none-any.whl", "mapper_state-0.2.0-py3-none-any.whl"]
+TWO_WHEELS = ["mapper_state-0.1.0-py3-none-any.whl", "mapper_state-0.2.0-py3-none-any.whl"]
+
+
+@pytest.mark.parametrize("wheels", [[], TWO_WHEELS], ids=["none", "two"])
+def test_it_refuses_a_dist_without_exactly_one_wheel(tmp_path: Path, wheels: list[str]) -> None:
     code, calls, err = _run_install(tmp_path, wheels, "all")
     assert code != 0
-    assert "dist/ must hold exactly one mapper-state wheel" in err
+    assert "dist/ must hold exactly one mapper-state wheel (run uv build)" in err
     assert "pip install" not in calls
 
 
