@@ -182,6 +182,8 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             log.error("interrupted")
             sys.exit(ExitCode.INTERRUPTED)
+        except click.ClickException:
+            raise  # a usage error: click prints it and exits 2
         except Exception as exc:  # a bug: one line, secrets hidden, the traceback on request
             if os.environ.get("MAPPER_STATE_DEBUG"):
                 log.traceback_text("".join(traceback.format_exception(exc)))
