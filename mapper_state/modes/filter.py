@@ -58,7 +58,9 @@ def run_filter(
             if state_file:
                 writer = handoff.hand_off(state_file, session.handoff_value)
             scanner = LineScanner(session.offer, _on_bad(bool(settings["strict"])), after_target)
-            stats = pump(src, sys.stdout.fileno(), scanner, check=session.check)
+            stats = pump(
+                src, sys.stdout.fileno(), scanner, check=session.check, scan_first=after_target
+            )
             session.finish()
             log.info(
                 "done",
