@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-e2e bench lint format setup tools clean
+.PHONY: demo test test-fast test-e2e test-wheel bench lint format reference dist setup tools clean
 
 $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -35,6 +35,9 @@ test-fast: setup
 test-e2e: setup tools
 	$(BIN)/pytest -q -m e2e
 
+test-wheel: setup tools
+	$(BIN)/pytest -q -m wheel
+
 bench: setup tools
 	$(BIN)/python benchmarks/run.py
 
@@ -43,10 +46,19 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/gen-reference.py --check
 
 format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# the files generated from the settings declarations: docs/settings.md, the Meltano plugin definition
+reference: setup
+	$(BIN)/python scripts/gen-reference.py
+
+# the sdist and the wheel, in dist/ (what the Dockerfile installs)
+dist: setup
+	uv build --out-dir dist
 
 clean:
 	rm -rf $(VENV) .tools .mapper-state output

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import StoreCli
 
-pytest_plugins = ["tests.servers", "tests.rgw", "tests.pg"]
+pytest_plugins = ["tests.servers", "tests.rgw", "tests.pg", "tests.dist"]
 
 #: ``@pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)``: the local store and S3.
 ON_BOTH = ["local", pytest.param("s3", marks=pytest.mark.cloud)]

@@ -99,7 +99,9 @@ def _run_filter(
                 run_metrics.states = lambda: counting.states
                 metrics.attach(run_metrics, session)
                 scanner = counting
-            stats = pump(src, sys.stdout.fileno(), scanner, check=session.check)
+            stats = pump(
+                src, sys.stdout.fileno(), scanner, check=session.check, scan_first=after_target
+            )
             session.finish()
             log.info(
                 "done",
