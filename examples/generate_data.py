@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 DEFAULT_FILE = Path(__file__).resolve().parent / "data" / "events.jsonl"
@@ -43,7 +43,7 @@ def append_rows(path: Path, rows: int, seed: int | None = None) -> tuple[int, in
     """Append ``rows`` rows; return the first and last new id."""
     rng = random.Random(seed)
     previous = last_row(path)
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     if previous is None:
         next_id, ts = 1, now - timedelta(seconds=rows)
     else:

@@ -30,7 +30,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from tests.e2e import tools
 from tests.e2e.postgres import PostgresServer, postgres  # noqa: F401  (session fixture)
 
 E2E_DIR = Path(__file__).resolve().parent
-BASE_TIME = datetime(2024, 1, 1, tzinfo=timezone.utc)
+BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 TABLE = "events"
 
 
