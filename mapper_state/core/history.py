@@ -265,30 +265,39 @@ def record(
 
 
 def record_if_missing(
-    store: BlobStore, state_id: str, value: Any, *, keep: int, command: str | None = None
-) -> None:
-    """Snapshot a state about to be overwritten if the newest snapshot does not hold it.
+    store: BlobStore,
+    state_id: str,
+    value: Any,
+    *,
+    keep: int,
+    run_id: str = UNRECORDED,
+    note: str = "another writer",
+    command: str | None = None,
+) -> bool:
+    """Snapshot a state if the newest snapshot does not hold it; return whether it did.
 
     States written by Meltano, by a ``lock_only`` run or before history existed have
     no snapshot; taking one before an operator command changes them keeps every
-    change undoable.
+    change undoable (and a Meltano run's lease keeper takes one of the state Meltano
+    wrote, with that run's ID).
     """
     if value is None or keep <= 0:
-        return
+        return False
     names = snapshot_names(store, state_id)
     newest = read_snapshot(store, state_id, names[-1]) if names else None
     if newest is not None and newest.value == value:
-        return
+        return False
     write_snapshot(
         store,
         state_id,
         value,
-        run_id=UNRECORDED,
+        run_id=run_id,
         keep=keep,
-        host="",
+        host=socket.gethostname() if run_id != UNRECORDED else "",
         command=current_command() if command is None else command,
-        note="another writer",
+        note=note,
     )
+    return True
 
 
 def prune(store: BlobStore, state_id: str, keep: int, found: dict[str, str] | None = None) -> None:

@@ -148,7 +148,9 @@ class MeltanoHooks(RunHooks):
         check_handed_state(settings, prior, where)
 
     def hand_over(self, lease: Lease, settings: Settings) -> bool:
-        return keeper.hand_over_lease(lease, settings)
+        explicit = settings["lock_only"]
+        meltanos = meltano_owns_state(settings) if explicit is None else bool(explicit)
+        return keeper.hand_over_lease(lease, settings, snapshot=meltanos)
 
 
 HOOKS = MeltanoHooks()
