@@ -58,6 +58,9 @@ The control file is a JSON object; every key is optional:
 ``blackhole_seconds`` float, default 3600.0
 ``match``          apply faults only to requests whose path contains this
                    substring (null or absent: every request)
+``body_match``     apply faults only to requests whose body contains this
+                   substring (a GCS upload names its object in the body's
+                   metadata part, not in the path)
 ``methods``        apply faults only to these methods, e.g. ``["PUT"]``
 ``max_faults``     stop injecting after this many faults since the file was
                    loaded (null or absent: no limit)
@@ -141,6 +144,7 @@ class FaultConfig:
     match: str | None = None
     methods: frozenset[str] | None = None
     max_faults: int | None = None
+    body_match: str | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "FaultConfig":
@@ -155,6 +159,7 @@ class FaultConfig:
             "match",
             "methods",
             "max_faults",
+            "body_match",
         }
         unknown = set(data) - set(FAULTS) - params
         if unknown:
@@ -190,6 +195,9 @@ class FaultConfig:
         match = data.get("match")
         if match is not None and not isinstance(match, str):
             raise ValueError(f"match: a string or null, not {match!r}")
+        body_match = data.get("body_match")
+        if body_match is not None and not isinstance(body_match, str):
+            raise ValueError(f"body_match: a string or null, not {body_match!r}")
         methods = data.get("methods")
         if methods is not None and (
             not isinstance(methods, list) or not all(isinstance(m, str) for m in methods)
@@ -209,11 +217,14 @@ class FaultConfig:
             match=match or None,
             methods=frozenset(m.upper() for m in methods) if methods is not None else None,
             max_faults=max_faults,
+            body_match=body_match or None,
         )
 
-    def applies_to(self, method: str, path: str) -> bool:
+    def applies_to(self, method: str, path: str, body: bytes = b"") -> bool:
         """Whether faults may be applied to this request at all."""
         if self.match is not None and self.match not in path:
+            return False
+        if self.body_match is not None and self.body_match.encode() not in body:
             return False
         return self.methods is None or method.upper() in self.methods
 
@@ -308,7 +319,8 @@ class FaultInjector:
         flow.metadata["faults.start"] = time.time()
         draw = self._rng.random()  # one draw per request, matching or not: reproducible
         fault = None
-        if config.applies_to(flow.request.method, _path(flow)) and (
+        body = flow.request.raw_content or b""
+        if config.applies_to(flow.request.method, _path(flow), body) and (
             config.max_faults is None or self._faults_applied < config.max_faults
         ):
             fault = config.pick(draw)
