@@ -6,7 +6,7 @@ registry (waiting as ``lock_wait_seconds`` would), hold it a few milliseconds, c
 (a compare-and-swap renewal: proof that nobody took it meanwhile), then release it. Each
 round appends one JSON line to OUT:
 
-``{"pid", "round", "run_id", "kind", "got", "until", "errors"}``
+``{"log", "pid", "round", "run_id", "kind", "got", "until", "errors", "conflict", "counted"}``
 
 ``kind`` is ``held`` (``[got, until)`` was held: ``got`` just after the acquire
 returned, ``until`` just after the confirming renewal succeeded, both ``time.time()``
@@ -21,8 +21,10 @@ started, the target the time it read the end of its input, so ``[got, until)`` l
 inside the time the command held the lease.
 
 The spec (JSON): ``uri``, ``section``, ``options``, ``env`` (for the store), ``state_id``,
-``ttl``, ``retry``, ``rounds``, ``hold_ms``, ``abandon_rate``, ``seed``, ``clock_skew``
-(seconds added to this holder's wall clock), ``cli``.
+``ttl``, ``retry``, ``rounds``, ``hold_ms`` (a random hold up to it) or ``hold_seconds``
+(exactly), ``abandon_rate``, ``seed``, ``clock_skew`` (seconds added to this holder's wall
+clock, through the ``Lease`` class's ``clock``), ``start_after`` (seconds), ``cli``, and
+``log`` (this holder's index, copied into every line).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+LOG_INDEX: int | None = None  # the spec's "log": which holder of the test this is
+
 
 def _line(out: Any, **fields: Any) -> None:
-    out.write(json.dumps(fields) + "\n")
+    out.write(json.dumps({"log": LOG_INDEX, **fields}) + "\n")
     out.flush()
 
 
@@ -101,6 +105,7 @@ def lease_rounds(spec: dict[str, Any], out_path: str) -> int:
     def clock() -> float:
         return time.time() + skew
 
+    time.sleep(float(spec.get("start_after", 0.0)))
     with open(out_path, "a", encoding="utf-8") as out:
         done = 0
         while done < int(spec["rounds"]):
@@ -122,7 +127,10 @@ def lease_rounds(spec: dict[str, Any], out_path: str) -> int:
                 continue
             got = time.time()
             lease.start_heartbeat()
-            time.sleep(rng.uniform(0, float(spec["hold_ms"]) / 1000))
+            if "hold_seconds" in spec:
+                time.sleep(float(spec["hold_seconds"]))
+            else:
+                time.sleep(rng.uniform(0, float(spec["hold_ms"]) / 1000))
             count_errors, conflict, counted = count_up(store, spec["state_id"])
             errors += count_errors
             if rng.random() < float(spec.get("abandon_rate", 0.0)):
@@ -228,7 +236,9 @@ def main(argv: list[str]) -> int:
         return tap(argv[1])
     if argv[0] == "target":
         return target(argv[1])
+    global LOG_INDEX
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    LOG_INDEX = spec.get("log")
     return (cli_rounds if spec.get("cli") else lease_rounds)(spec, argv[1])
 
 

@@ -72,7 +72,7 @@ def run_holders(
     logs, procs = [], []
     for i, spec in enumerate(specs):
         spec_path = tmp_path / f"holder-{i}.json"
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(json.dumps({**spec, "log": i}))
         log = tmp_path / f"holder-{i}.jsonl"
         logs.append(log)
         procs.append(
