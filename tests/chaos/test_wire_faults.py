@@ -58,6 +58,13 @@ def state_writes(kind: str, state_id: str) -> dict[str, Any]:
     return {"match": f"{state_id}/state.json", "methods": ["PUT"]}
 
 
+def all_writes(kind: str, state_id: str) -> dict[str, Any]:
+    """Every write under the state ID: lease, state and history."""
+    if kind == "gcs":
+        return {"match": "/upload/", "body_match": f"{state_id}/"}
+    return {"match": f"{state_id}/", "methods": ["PUT"]}
+
+
 def stream(rng: random.Random, run: int) -> tuple[bytes, list[Any]]:
     """Records and STATE messages with awkward values; the states in order."""
     lines, states = [], []

@@ -51,6 +51,11 @@ The control file is a JSON object; every key is optional:
                    a status from ``error_statuses`` instead of its response
 ``delay_request``  rate: hold the request ``delay_seconds``, then forward it
 ``delay``          rate: forward, then hold the response ``delay_seconds``
+``late``           rate: close the client connection at once, and send the
+                   request to the server ``delay_seconds`` later all the same
+                   (a request that a slow network delivers after the client
+                   gave up: the server applies it late; logged again, as
+                   ``late_arrival``, when it reaches the server)
 ``error_statuses`` list of statuses for ``error`` and ``error_applied``
                    (default ``[500, 503]``, one picked at random)
 ``throttle_status`` status for ``throttle`` (default 503; GCS uses 429)
@@ -119,9 +124,10 @@ FAULTS = (
     "error_applied",
     "delay_request",
     "delay",
+    "late",
 )
 #: Faults decided and applied before the request is forwarded (the server never sees it).
-NOT_FORWARDED = frozenset({"reset", "error", "throttle", "blackhole"})
+NOT_FORWARDED = frozenset({"reset", "error", "throttle", "blackhole", "late"})
 
 _REASONS = {
     429: ("SlowDown", "Please reduce your request rate."),
@@ -268,6 +274,7 @@ class FaultInjector:
         self._faults_applied = 0
         self._log: TextIO | None = None
         self._seq = 0
+        self._late_tasks: set[asyncio.Task[None]] = set()
 
     # -- mitmproxy hooks -----------------------------------------------------------
 
@@ -313,6 +320,10 @@ class FaultInjector:
             self._log = None
 
     async def request(self, flow: "http.HTTPFlow") -> None:
+        if flow.metadata.get("faults.late_copy"):  # a late request, arriving now: no new fault
+            flow.metadata["faults.fault"] = "late_arrival"
+            flow.metadata["faults.start"] = time.time()
+            return
         self._reload()
         config = self.config
         flow.metadata["faults.config"] = config
@@ -342,6 +353,10 @@ class FaultInjector:
                 flow.kill()
         elif fault == "delay_request":
             await asyncio.sleep(config.delay_seconds)
+        elif fault == "late":
+            self._send_late(flow, config.delay_seconds)
+            self._record(flow)
+            flow.kill()
 
     async def response(self, flow: "http.HTTPFlow") -> None:
         fault = flow.metadata.get("faults.fault")
@@ -362,6 +377,22 @@ class FaultInjector:
         self._record(flow)
 
     # -- internals -----------------------------------------------------------------
+
+    def _send_late(self, flow: "http.HTTPFlow", delay: float) -> None:
+        """Replay a copy of the request to the server after ``delay``, whatever the client does."""
+        from mitmproxy import ctx
+
+        late = flow.copy()
+        late.metadata.clear()
+        late.metadata["faults.late_copy"] = True
+
+        async def send() -> None:
+            await asyncio.sleep(delay)
+            ctx.master.commands.call("replay.client", [late])
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._late_tasks.add(task)
+        task.add_done_callback(self._late_tasks.discard)
 
     def _reload(self, *, force: bool = False) -> None:
         """Read the control file again if it changed since the last read."""
@@ -428,6 +459,7 @@ class FaultInjector:
             "reset",
             "blackhole",
             "drop_response",
+            "late",
         )
         start = flow.metadata.get("faults.start", flow.request.timestamp_start)
         line = {
