@@ -11,7 +11,9 @@ release), which the others must take over once it has expired.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +67,11 @@ def spec_for(location: StoreLocation, state_id: str, **extra: Any) -> dict[str, 
     }
 
 
+def _die_with_parent() -> None:
+    """In a holder: get SIGKILL if the test process dies, so no holder outlives its test."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def run_holders(
     tmp_path: Path, specs: list[dict[str, Any]], timeout: float
 ) -> tuple[list[Path], list[subprocess.Popen[bytes]]]:
@@ -82,6 +89,7 @@ def run_holders(
                 env=clean_env(PYTHONPATH=str(ROOT)),
                 stdout=subprocess.DEVNULL,
                 stderr=open(tmp_path / f"holder-{i}.stderr", "wb"),  # noqa: SIM115
+                preexec_fn=_die_with_parent,
             )
         )
     deadline = time.monotonic() + timeout
