@@ -145,11 +145,14 @@ def check(captured: Captured, location: StoreLocation, secrets: list[str], kind:
 def ways(
     section: str, settings: dict[str, str], tmp_path: Path
 ) -> list[tuple[list[str], dict[str, str]]]:
-    """The same settings on the command line, in the environment, and in a --config file."""
+    """The same settings on the command line, in the environment, and in a --config file.
+
+    With the small budget only the command line: the way that once leaked into the store.
+    """
     config = tmp_path / f"{section}-config.json"
     config.write_text(json.dumps({"state_backend": {section: settings}}))
     config.chmod(0o600)
-    return [
+    found = [
         (
             [
                 arg
@@ -167,6 +170,7 @@ def ways(
         ),
         (["--config", str(config)], {}),
     ]
+    return found if BUDGET.full else found[:1]
 
 
 def test_s3_keys_never_leak(s3_location: StoreLocation, tmp_path: Path) -> None:
