@@ -424,3 +424,29 @@ def test_gcs_sdk_through_the_proxy(gcs_location: StoreLocation) -> None:
         p.set_faults(error=1.0, error_statuses=[503])
         with pytest.raises(ServiceUnavailable):
             blob.reload(retry=None)
+
+
+def test_late_closes_the_client_and_delivers_the_request_afterwards(
+    proxy: FaultProxy, client: Any, direct: Any, bucket: str
+) -> None:
+    proxy.set_faults(late=1.0, delay_seconds=DELAY)
+    with pytest.raises(ConnectionClosedError):
+        client.put_object(Bucket=bucket, Key="k", Body=b"late")
+    assert not exists(direct, bucket, "k")  # not yet
+    deadline = time.monotonic() + 10
+    while not exists(direct, bucket, "k") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert direct.get_object(Bucket=bucket, Key="k")["Body"].read() == b"late"
+    records = proxy.requests()
+    assert [(r["fault"], r["status"]) for r in records] == [("late", None), ("late_arrival", 200)]
+    assert records[1]["time"] - records[0]["time"] >= DELAY
+
+
+def test_body_match_chooses_requests_by_their_body(
+    proxy: FaultProxy, client: Any, bucket: str
+) -> None:
+    proxy.set_faults(error=1.0, body_match="needle")
+    client.put_object(Bucket=bucket, Key="a", Body=b"hay")
+    with pytest.raises(ClientError):
+        client.put_object(Bucket=bucket, Key="b", Body=b"hay with a needle")
+    assert [r["fault"] for r in proxy.requests()] == [None, "error"]

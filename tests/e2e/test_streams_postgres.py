@@ -30,7 +30,7 @@ from tests.e2e.conftest import (
     child_env,
     write_tap_config,
 )
-from tests.e2e.postgres import PostgresServer
+from tests.pg import PostgresServer
 
 TABLES = ("events", "users")
 

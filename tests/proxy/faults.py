@@ -51,6 +51,11 @@ The control file is a JSON object; every key is optional:
                    a status from ``error_statuses`` instead of its response
 ``delay_request``  rate: hold the request ``delay_seconds``, then forward it
 ``delay``          rate: forward, then hold the response ``delay_seconds``
+``late``           rate: close the client connection at once, and send the
+                   request to the server ``delay_seconds`` later all the same
+                   (a request that a slow network delivers after the client
+                   gave up: the server applies it late; logged again, as
+                   ``late_arrival``, when it reaches the server)
 ``error_statuses`` list of statuses for ``error`` and ``error_applied``
                    (default ``[500, 503]``, one picked at random)
 ``throttle_status`` status for ``throttle`` (default 503; GCS uses 429)
@@ -58,6 +63,9 @@ The control file is a JSON object; every key is optional:
 ``blackhole_seconds`` float, default 3600.0
 ``match``          apply faults only to requests whose path contains this
                    substring (null or absent: every request)
+``body_match``     apply faults only to requests whose body contains this
+                   substring (a GCS upload names its object in the body's
+                   metadata part, not in the path)
 ``methods``        apply faults only to these methods, e.g. ``["PUT"]``
 ``max_faults``     stop injecting after this many faults since the file was
                    loaded (null or absent: no limit)
@@ -116,9 +124,10 @@ FAULTS = (
     "error_applied",
     "delay_request",
     "delay",
+    "late",
 )
 #: Faults decided and applied before the request is forwarded (the server never sees it).
-NOT_FORWARDED = frozenset({"reset", "error", "throttle", "blackhole"})
+NOT_FORWARDED = frozenset({"reset", "error", "throttle", "blackhole", "late"})
 
 _REASONS = {
     429: ("SlowDown", "Please reduce your request rate."),
@@ -141,6 +150,7 @@ class FaultConfig:
     match: str | None = None
     methods: frozenset[str] | None = None
     max_faults: int | None = None
+    body_match: str | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "FaultConfig":
@@ -155,6 +165,7 @@ class FaultConfig:
             "match",
             "methods",
             "max_faults",
+            "body_match",
         }
         unknown = set(data) - set(FAULTS) - params
         if unknown:
@@ -190,6 +201,9 @@ class FaultConfig:
         match = data.get("match")
         if match is not None and not isinstance(match, str):
             raise ValueError(f"match: a string or null, not {match!r}")
+        body_match = data.get("body_match")
+        if body_match is not None and not isinstance(body_match, str):
+            raise ValueError(f"body_match: a string or null, not {body_match!r}")
         methods = data.get("methods")
         if methods is not None and (
             not isinstance(methods, list) or not all(isinstance(m, str) for m in methods)
@@ -209,11 +223,14 @@ class FaultConfig:
             match=match or None,
             methods=frozenset(m.upper() for m in methods) if methods is not None else None,
             max_faults=max_faults,
+            body_match=body_match or None,
         )
 
-    def applies_to(self, method: str, path: str) -> bool:
+    def applies_to(self, method: str, path: str, body: bytes = b"") -> bool:
         """Whether faults may be applied to this request at all."""
         if self.match is not None and self.match not in path:
+            return False
+        if self.body_match is not None and self.body_match.encode() not in body:
             return False
         return self.methods is None or method.upper() in self.methods
 
@@ -257,6 +274,7 @@ class FaultInjector:
         self._faults_applied = 0
         self._log: TextIO | None = None
         self._seq = 0
+        self._late_tasks: set[asyncio.Task[None]] = set()
 
     # -- mitmproxy hooks -----------------------------------------------------------
 
@@ -302,13 +320,18 @@ class FaultInjector:
             self._log = None
 
     async def request(self, flow: "http.HTTPFlow") -> None:
+        if flow.metadata.get("faults.late_copy"):  # a late request, arriving now: no new fault
+            flow.metadata["faults.fault"] = "late_arrival"
+            flow.metadata["faults.start"] = time.time()
+            return
         self._reload()
         config = self.config
         flow.metadata["faults.config"] = config
         flow.metadata["faults.start"] = time.time()
         draw = self._rng.random()  # one draw per request, matching or not: reproducible
         fault = None
-        if config.applies_to(flow.request.method, _path(flow)) and (
+        body = flow.request.raw_content or b""
+        if config.applies_to(flow.request.method, _path(flow), body) and (
             config.max_faults is None or self._faults_applied < config.max_faults
         ):
             fault = config.pick(draw)
@@ -330,6 +353,10 @@ class FaultInjector:
                 flow.kill()
         elif fault == "delay_request":
             await asyncio.sleep(config.delay_seconds)
+        elif fault == "late":
+            self._send_late(flow, config.delay_seconds)
+            self._record(flow)
+            flow.kill()
 
     async def response(self, flow: "http.HTTPFlow") -> None:
         fault = flow.metadata.get("faults.fault")
@@ -350,6 +377,22 @@ class FaultInjector:
         self._record(flow)
 
     # -- internals -----------------------------------------------------------------
+
+    def _send_late(self, flow: "http.HTTPFlow", delay: float) -> None:
+        """Replay a copy of the request to the server after ``delay``, whatever the client does."""
+        from mitmproxy import ctx
+
+        late = flow.copy()
+        late.metadata.clear()
+        late.metadata["faults.late_copy"] = True
+
+        async def send() -> None:
+            await asyncio.sleep(delay)
+            ctx.master.commands.call("replay.client", [late])
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._late_tasks.add(task)
+        task.add_done_callback(self._late_tasks.discard)
 
     def _reload(self, *, force: bool = False) -> None:
         """Read the control file again if it changed since the last read."""
@@ -416,6 +459,7 @@ class FaultInjector:
             "reset",
             "blackhole",
             "drop_response",
+            "late",
         )
         start = flow.metadata.get("faults.start", flow.request.timestamp_start)
         line = {

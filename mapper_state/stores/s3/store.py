@@ -35,6 +35,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
     SSLError,
 )
+from urllib3.exceptions import HTTPError as _BodyError
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
@@ -82,8 +83,8 @@ def _code_and_status(exc: ClientError) -> tuple[str, int]:
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, SSLError):
         return False  # a certificate problem does not go away by waiting
-    if isinstance(exc, (ConnectionError, HTTPClientError)):
-        return True
+    if isinstance(exc, (ConnectionError, HTTPClientError, _BodyError)):
+        return True  # _BodyError: the answer's body stalled or broke off while being read
     if isinstance(exc, ClientError):
         code, status = _code_and_status(exc)
         return status >= 500 or status == 429 or code in _THROTTLE_CODES
@@ -150,7 +151,7 @@ class S3Store(CloudStore):
                 f"{_SETTING}aws_access_key_id and {_SETTING}aws_secret_access_key, "
                 "or configure the standard AWS credential chain"
             )
-        if isinstance(exc, (ConnectionError, HTTPClientError)):
+        if isinstance(exc, (ConnectionError, HTTPClientError, _BodyError)):
             return StoreError(
                 f"cannot reach S3 at {self.endpoint} for {op} of {where}: "
                 f"{type(exc).__name__}{stats.summary()}"

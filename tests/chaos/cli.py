@@ -1,0 +1,99 @@
+"""Running the real ``mapper-state`` against a :class:`StoreLocation`, and reading the store
+behind its back (straight from the emulator, never through a proxy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Any
+
+from mapper_state.stores.base import BlobStore
+from tests.helpers import MAPPER, clean_env
+from tests.servers import StoreLocation
+
+LEASE_FILE = "mapper-state.lease.json"
+
+
+def env_for(location: StoreLocation, **extra: str) -> dict[str, str]:
+    return clean_env(**location.env, **extra)
+
+
+def run(
+    location: StoreLocation,
+    *args: str,
+    input: bytes = b"",
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [MAPPER, *args],
+        input=input,
+        capture_output=True,
+        env=env or env_for(location),
+        timeout=timeout,
+        check=False,
+    )
+
+
+def spawn(location: StoreLocation, *args: str, **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [MAPPER, *args],
+        stdin=kw.pop("stdin", subprocess.PIPE),
+        stdout=kw.pop("stdout", subprocess.PIPE),
+        stderr=kw.pop("stderr", subprocess.PIPE),
+        env=kw.pop("env", None) or env_for(location),
+        **kw,
+    )
+
+
+def lease_record(store: BlobStore, state_id: str) -> dict[str, Any] | None:
+    blob = store.read(f"{state_id}/{LEASE_FILE}")
+    if blob is None:
+        return None
+    try:
+        record: dict[str, Any] = json.loads(blob.data)
+    except ValueError:
+        return None
+    return record
+
+
+def wait_for_holder(
+    store: BlobStore, state_id: str, pid: int, timeout: float = 30
+) -> dict[str, Any]:
+    """The lease record once process ``pid`` holds the lease."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = lease_record(store, state_id)
+        if record is not None and record.get("pid") == pid:
+            return record
+        time.sleep(0.05)
+    raise AssertionError(
+        f"pid {pid} never took the lease on {state_id}: {lease_record(store, state_id)}"
+    )
+
+
+def lease_is_free(location: StoreLocation, state_id: str) -> bool:
+    """``mapper-state lock status --format json`` says free (straight to the emulator)."""
+    proc = run(location, "lock", "status", state_id, "--format", "json", timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return bool(json.loads(proc.stdout)["free"])
+
+
+def stored(store: BlobStore, state_id: str) -> Any:
+    """The Singer state in ``state.json`` (``None`` when absent); a half-written one fails."""
+    blob = store.read(f"{state_id}/state.json")
+    if blob is None:
+        return None
+    doc = json.loads(blob.data)
+    assert isinstance(doc, dict) and "singer_state" in doc["completed"], doc
+    return doc["completed"]["singer_state"]
+
+
+def one_line_error(stderr: bytes) -> str:
+    """The stderr of a failed command: one line, no traceback."""
+    text = stderr.decode(errors="replace")
+    assert "Traceback" not in text, text
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    return lines[0]

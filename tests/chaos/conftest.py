@@ -1,0 +1,191 @@
+"""Fixtures of the chaos suite: the budget, the figures, and stores behind a fault proxy.
+
+Every test collected from ``tests/chaos`` is marked ``chaos`` (and the ones that run
+the real Singer tools also ``e2e``).
+
+**Budget.** The default is small, for CI (``make test`` runs everything); ``make chaos``
+sets ``MAPPER_STATE_CHAOS=full``. Single figures can be set on their own:
+
+=================================  ===================================  ====  =====
+variable                           what                                 ci    full
+=================================  ===================================  ====  =====
+``MAPPER_STATE_CHAOS_PROCESSES``   holders racing for one lease         8     8
+``MAPPER_STATE_CHAOS_ROUNDS``      rounds per holder (the Lease class)  10    200
+``MAPPER_STATE_CHAOS_CLI_ROUNDS``  rounds per holder (``mapper-state    2     20
+                                   run`` as the holder)
+``MAPPER_STATE_CHAOS_FAULT_RUNS``  filter runs through a faulty proxy,  4     40
+                                   per store
+``MAPPER_STATE_CHAOS_KILL_ROUNDS`` SIGKILL rounds in the real pipeline  3     50
+``MAPPER_STATE_CHAOS_EXAMPLES``    hypothesis examples per property     100   2000
+=================================  ===================================  ====  =====
+
+**Figures.** With ``MAPPER_STATE_CHAOS_REPORT=FILE`` each test appends one JSON line to
+FILE: what it tried, how often, on which store, what it found lost (``make chaos``
+prints them as a table with ``python -m tests.chaos.report FILE``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.proxy import FaultProxy, ProxyUnavailable
+from tests.servers import Emulator, StoreLocation
+
+CHAOS_DIR = Path(__file__).resolve().parent
+FULL = os.environ.get("MAPPER_STATE_CHAOS", "").lower() == "full"
+
+_DEFAULTS = {  # name: (ci, full)
+    "processes": (8, 8),
+    "rounds": (10, 200),
+    "cli_rounds": (2, 20),
+    "fault_runs": (4, 40),
+    "kill_rounds": (3, 50),
+    "examples": (100, 2000),
+}
+
+
+def _figure(name: str) -> int:
+    ci, full = _DEFAULTS[name]
+    raw = os.environ.get(f"MAPPER_STATE_CHAOS_{name.upper()}")
+    return int(raw) if raw else (full if FULL else ci)
+
+
+@dataclass(frozen=True)
+class ChaosBudget:
+    """How much of each kind of chaos to run (see the module docstring)."""
+
+    processes: int
+    rounds: int
+    cli_rounds: int
+    fault_runs: int
+    kill_rounds: int
+    examples: int
+    full: bool
+
+
+BUDGET = ChaosBudget(**{name: _figure(name) for name in _DEFAULTS}, full=FULL)
+
+settings.register_profile(
+    "chaos",
+    max_examples=BUDGET.examples,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    print_blob=True,
+)
+settings.load_profile("chaos")
+
+
+@pytest.fixture(scope="session")
+def chaos_budget() -> ChaosBudget:
+    return BUDGET
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test collected from tests/chaos ``chaos``; an ``e2e`` one stays ``e2e``."""
+    for item in items:
+        if CHAOS_DIR in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.chaos)
+
+
+# -- figures ---------------------------------------------------------------------------
+
+
+def record_figures(test: str, store: str, **figures: Any) -> None:
+    """Append one line of figures to ``$MAPPER_STATE_CHAOS_REPORT`` (if set)."""
+    path = os.environ.get("MAPPER_STATE_CHAOS_REPORT")
+    if not path:
+        return
+    line = json.dumps(
+        {"test": test, "store": store, "budget": "full" if FULL else "ci", **figures},
+        sort_keys=True,
+    )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(line + "\n")
+
+
+# -- stores behind the fault proxy ---------------------------------------------------------
+
+
+def through(location: StoreLocation, proxy_url: str) -> StoreLocation:
+    """The same bucket and prefix, reached through the proxy at ``proxy_url``."""
+    emulator = location.emulator
+    endpoint = emulator.endpoint
+    options = {k: v.replace(endpoint, proxy_url) for k, v in emulator.options.items()}
+    env = {k: v.replace(endpoint, proxy_url) for k, v in emulator.env.items()}
+    proxied = dataclasses.replace(emulator, endpoint=proxy_url, options=options, env=env)
+    return StoreLocation(proxied, location.bucket, location.prefix)
+
+
+@pytest.fixture
+def start_proxy() -> Iterator[Any]:
+    """``start_proxy(location, seed=..., faults=...)``: a proxy in front of the location's
+    emulator, returned with the location as reached through it; stopped at the end."""
+    running: list[FaultProxy] = []
+
+    def start(
+        location: StoreLocation, *, seed: int = 0, faults: dict[str, Any] | None = None
+    ) -> tuple[FaultProxy, StoreLocation]:
+        proxy = FaultProxy(location.emulator.endpoint, faults=faults, seed=seed)
+        try:
+            proxy.start()
+        except ProxyUnavailable as exc:
+            pytest.fail(str(exc), pytrace=False)
+        running.append(proxy)
+        return proxy, through(location, proxy.url)
+
+    yield start
+    for proxy in running:
+        proxy.stop()
+
+
+CLOUD = ("s3", "rgw", "azure", "gcs")  # rgw: Ceph's RADOS Gateway, a second real S3
+STORES = ("file", *CLOUD)
+
+
+@pytest.fixture
+def cloud_location(request: pytest.FixtureRequest) -> StoreLocation:
+    """A fresh location on the emulator named by the test's ``store`` parameter."""
+    return location_for(request, request.param)
+
+
+def location_for(request: pytest.FixtureRequest, kind: str) -> StoreLocation:
+    fixture = {
+        "s3": "s3_location",
+        "rgw": "rgw_location",
+        "azure": "azure_location",
+        "gcs": "gcs_location",
+    }[kind]
+    location: StoreLocation = request.getfixturevalue(fixture)
+    return location
+
+
+def file_location(root: Path) -> StoreLocation:
+    """A local directory as a :class:`StoreLocation`, for tests that treat every store alike."""
+    emulator = Emulator("file", "file", "file", endpoint=str(root))
+    return FileLocation(emulator, str(root), "")
+
+
+class FileLocation(StoreLocation):
+    """A local-file store: ``uri`` is ``file:///root``."""
+
+    @property
+    def uri(self) -> str:
+        return f"file://{self.bucket}"
+
+
+def elapsed_since(start: float) -> float:
+    return time.monotonic() - start

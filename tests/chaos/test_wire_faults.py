@@ -1,0 +1,284 @@
+"""Runs through a faulty network: the right state or a clean failure, never a wrong one.
+
+A fault proxy (mitmproxy with ``tests/proxy/faults.py``) sits between the store's SDK
+and its emulator (moto, Azurite, fake-gcs-server) and answers 500/503 or throttling,
+resets connections, delays answers, and applies requests whose answer it then drops.
+Every run either ends 0 with every input byte passed through and the last state
+stored, or fails cleanly (exit 5) with its lease released and a stored state that is
+one the stream carried (or the prior one); never exit 4, since nobody else competes:
+a conditional write retried after its first answer was lost is not a lost lease.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos import cli
+from tests.chaos.conftest import CLOUD, ChaosBudget, record_figures
+from tests.e2e.conftest import children_of, is_gone
+from tests.helpers import wait_until
+from tests.servers import StoreLocation
+
+pytestmark = pytest.mark.cloud
+
+#: About one request in four is hit by some fault.
+RUN_FAULTS: dict[str, Any] = {
+    "error": 0.05,
+    "throttle": 0.03,
+    "reset": 0.04,
+    "drop_response": 0.05,
+    "error_applied": 0.03,
+    "delay": 0.03,
+    "delay_request": 0.02,
+    "delay_seconds": 0.3,
+}
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+HOSTILE = ["plain", "ünïcødé ☃", 'quote " and \\ backslash', "STATE", "\u2028line sep"]
+
+
+def lease_writes(kind: str, state_id: str) -> dict[str, Any]:
+    """Control-file keys that select the writes of the lease object on ``kind``'s wire."""
+    if kind == "gcs":  # an upload names its object in its body
+        return {"match": "/upload/", "body_match": cli.LEASE_FILE}
+    return {"match": f"{state_id}/{cli.LEASE_FILE}", "methods": ["PUT"]}
+
+
+def state_writes(kind: str, state_id: str) -> dict[str, Any]:
+    if kind == "gcs":
+        return {"match": "/upload/", "body_match": "state.json"}
+    return {"match": f"{state_id}/state.json", "methods": ["PUT"]}
+
+
+def all_writes(kind: str, state_id: str) -> dict[str, Any]:
+    """Every write under the state ID: lease, state and history."""
+    if kind == "gcs":
+        return {"match": "/upload/", "body_match": f"{state_id}/"}
+    return {"match": f"{state_id}/", "methods": ["PUT"]}
+
+
+def stream(rng: random.Random, run: int) -> tuple[bytes, list[Any]]:
+    """Records and STATE messages with awkward values; the states in order."""
+    lines, states = [], []
+    lines.append(json.dumps({"type": "SCHEMA", "stream": "s", "schema": {}, "key_properties": []}))
+    for i in range(rng.randint(50, 400)):
+        lines.append(
+            json.dumps(
+                {"type": "RECORD", "stream": "s", "record": {"i": i, "t": rng.choice(HOSTILE)}}
+            )
+        )
+        if rng.random() < 0.05:
+            value = {"bookmarks": {"s": {"run": run, "i": i, "note": rng.choice(HOSTILE)}}}
+            states.append(value)
+            lines.append(json.dumps({"type": "STATE", "value": value}, ensure_ascii=False))
+    value = {"bookmarks": {"s": {"run": run, "i": "end"}}}
+    states.append(value)
+    lines.append(json.dumps({"type": "STATE", "value": value}))
+    return ("\n".join(lines) + "\n").encode(), states
+
+
+@pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
+def test_runs_through_faults_end_right_or_fail_cleanly(
+    cloud_location: StoreLocation, start_proxy: Any, chaos_budget: ChaosBudget
+) -> None:
+    kind = cloud_location.emulator.section
+    faults = dict(RUN_FAULTS, throttle_status=429 if kind == "gcs" else 503)
+    proxy, faulty = start_proxy(cloud_location, seed=7, faults=faults)
+    direct = cloud_location.open()
+    state_id = f"chaos:wire-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(11)
+    outcomes: dict[int, int] = {}
+    previous: Any = None
+    for run in range(chaos_budget.fault_runs):
+        data, states = stream(rng, run)
+        proc = cli.run(
+            faulty, "--state-id", state_id, "--checkpoint-interval-seconds", "0",
+            "--lock-timeout-seconds", "15", input=data, timeout=180,
+        )  # fmt: skip
+        code = proc.returncode
+        outcomes[code] = outcomes.get(code, 0) + 1
+        err = proc.stderr.decode(errors="replace")
+        assert "Traceback" not in err, err
+        assert code in (0, 5), f"run {run}: exit {code}: {err}"
+        now = cli.stored(direct, state_id)
+        if code == 0:
+            assert proc.stdout == data, f"run {run}: the stream was altered"
+            assert now == states[-1], f"run {run}: stored {now}, the last state was {states[-1]}"
+        else:
+            assert data.startswith(proc.stdout), f"run {run}: output is not a prefix of the input"
+            assert now == previous or now in states, f"run {run}: stored a state never sent: {now}"
+        assert cli.lease_is_free(cloud_location, state_id), f"run {run}: lease left behind: {err}"
+        previous = now
+    injected: dict[str, int] = {}
+    for r in proxy.requests():
+        if r["fault"]:
+            injected[r["fault"]] = injected.get(r["fault"], 0) + 1
+    record_figures(
+        "filter runs through a faulty proxy",
+        kind,
+        runs=chaos_budget.fault_runs,
+        outcomes={str(k): v for k, v in outcomes.items()},
+        requests=len(proxy.requests()),
+        injected=injected,
+        wrong_states=0,
+        bytes_lost=0,
+    )
+    assert sum(injected.values()) > 0
+    assert outcomes.get(0, 0) >= chaos_budget.fault_runs // 2, outcomes
+
+
+@pytest.mark.parametrize("fault", ["drop_response", "error_applied"])
+@pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
+def test_a_lost_answer_to_a_conditional_write_is_not_a_lost_lease(
+    cloud_location: StoreLocation, start_proxy: Any, fault: str
+) -> None:
+    """The server applies a renewal (or a state write) but its answer never arrives; the
+    retry then meets its own write as a conflict. That is not someone else's lease."""
+    kind = cloud_location.emulator.section
+    proxy, faulty = start_proxy(cloud_location)
+    direct = cloud_location.open()
+    state_id = f"chaos-lost-answer-{uuid.uuid4().hex[:8]}"
+    holder = cli.spawn(
+        faulty, "--state-id", state_id, "--lock-timeout-seconds", "3",
+        "--checkpoint-interval-seconds", "0",
+    )  # fmt: skip
+    try:
+        cli.wait_for_holder(direct, state_id, holder.pid)
+        proxy.set_faults(**{fault: 1.0, "max_faults": 2, **lease_writes(kind, state_id)})
+        time.sleep(2.5)  # two renewals, every TTL/3, both answered by nothing or an error
+        proxy.set_faults(**{fault: 1.0, "max_faults": 1, **state_writes(kind, state_id)})
+        line = json.dumps({"type": "STATE", "value": {"after": fault}}).encode() + b"\n"
+        out, err = holder.communicate(line, timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert holder.returncode == 0, err.decode(errors="replace")
+    assert out == line
+    assert cli.stored(direct, state_id) == {"after": fault}
+    assert proxy.count(fault=fault) == 3, [r for r in proxy.requests() if r["fault"]]
+    assert cli.lease_is_free(cloud_location, state_id)
+
+
+# -- deadlines ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
+def test_state_get_gives_up_on_a_black_hole_within_a_third_of_the_ttl(
+    cloud_location: StoreLocation, start_proxy: Any
+) -> None:
+    """No answer at all: with lock_timeout_seconds=9 the store's deadline is 3 s, and every
+    call (retries, connect and read timeouts included) must keep it."""
+    _, faulty = start_proxy(cloud_location, faults={"blackhole": 1.0, "blackhole_seconds": 120})
+    started = time.monotonic()
+    try:
+        proc = cli.run(
+            faulty, "state", "get", "chaos-blackhole", "--lock-timeout-seconds", "9", timeout=20
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("state get was still waiting on a black hole after 20 s (deadline 3 s)")
+    took = time.monotonic() - started
+    assert proc.returncode == 5, proc.stderr
+    cli.one_line_error(proc.stderr)
+    assert took < 3 + 3, f"state get took {took:.1f}s against a black hole (deadline 3 s)"
+
+
+def _hang_renewals(
+    kind: str, state_id: str, proxy: Any, direct: Any, holder: Any
+) -> dict[str, Any]:
+    """Black-hole every write of the lease from now on; the last record that reached the store."""
+    proxy.set_faults(blackhole=1.0, blackhole_seconds=120, **lease_writes(kind, state_id))
+    time.sleep(0.5)  # a renewal already past the proxy lands; later ones hang
+    record = cli.lease_record(direct, state_id)
+    assert record is not None and record["pid"] == holder.pid
+    return record
+
+
+def wait_before_expiry(holder: subprocess.Popen[bytes], last: dict[str, Any]) -> int:
+    """The holder's exit code; fail if it is still running well after its lease expired."""
+    grace = last["expires_at"] + 10 - time.time()
+    try:
+        return holder.wait(timeout=max(1.0, grace))
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            "the holder whose renewals hang was still running 10 s after its lease expired",
+            pytrace=False,
+        )
+
+
+@pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
+def test_a_filter_whose_renewals_hang_stops_before_its_lease_expires(
+    cloud_location: StoreLocation, start_proxy: Any
+) -> None:
+    kind = cloud_location.emulator.section
+    proxy, faulty = start_proxy(cloud_location)
+    direct = cloud_location.open()
+    state_id = f"chaos-hung-{uuid.uuid4().hex[:8]}"
+    holder = cli.spawn(
+        faulty, "--state-id", state_id, "--lock-timeout-seconds", "6",
+        "--checkpoint-interval-seconds", "0",
+    )  # fmt: skip
+    try:
+        cli.wait_for_holder(direct, state_id, holder.pid)
+        last = _hang_renewals(kind, state_id, proxy, direct, holder)
+        assert holder.stdin is not None
+        holder.stdin.write(json.dumps({"type": "STATE", "value": {"x": 1}}).encode() + b"\n")
+        holder.stdin.flush()
+        code = wait_before_expiry(holder, last)
+        ended = time.time()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert holder.stderr is not None
+    err = holder.stderr.read().decode(errors="replace")
+    assert code == 4, err
+    assert "Traceback" not in err, err
+    assert ended < last["expires_at"], (
+        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
+    )
+    assert cli.stored(direct, state_id) is None, "a holder that could not renew wrote the state"
+
+
+@pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
+def test_a_run_whose_renewals_hang_stops_its_children_before_the_lease_expires(
+    cloud_location: StoreLocation, start_proxy: Any, tmp_path: Path
+) -> None:
+    kind = cloud_location.emulator.section
+    proxy, faulty = start_proxy(cloud_location)
+    direct = cloud_location.open()
+    state_id = f"chaos-hung-run-{uuid.uuid4().hex[:8]}"
+    tap = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
+    target = f"{sys.executable} {FIXTURES / 'tiny_target.py'} {tmp_path / 'out.jsonl'}"
+    env = cli.env_for(faulty, TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.1")
+    holder = cli.spawn(
+        faulty, "run", "--state-id", state_id, "--tap", tap, "--target", target,
+        "--lock-timeout-seconds", "6", "--checkpoint-interval-seconds", "0", env=env,
+        stdin=None, stdout=None,
+    )  # fmt: skip
+    try:
+        cli.wait_for_holder(direct, state_id, holder.pid)
+        wait_until(lambda: len(children_of(holder.pid)) == 2, "the tap and target to start")
+        children = list(children_of(holder.pid))
+        last = _hang_renewals(kind, state_id, proxy, direct, holder)
+        code = wait_before_expiry(holder, last)
+        ended = time.time()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert holder.stderr is not None
+    err = holder.stderr.read().decode(errors="replace")
+    assert code == 4, err[-3000:]
+    assert ended < last["expires_at"], (
+        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
+    )
+    wait_until(lambda: all(is_gone(pid) for pid in children), "the children to stop", timeout=5)
