@@ -35,8 +35,10 @@ test-fast: setup
 test-e2e: setup tools
 	$(BIN)/pytest -q -m e2e
 
+# The scoreboard (benchmarks/run.py): BENCH_TEN_MILLION=1 adds a 10M-line stream,
+# BENCH_ARGS="--publish" also refreshes the README's figures and docs/images/.
 bench: setup tools
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
