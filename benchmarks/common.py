@@ -59,6 +59,7 @@ class Scale:
     repeats: int
     slope_lines: tuple[int, int]  # the two stream sizes whose difference gives the slope
     shape_lines: tuple[int, ...]  # plain streams also reported one by one
+    state_text_lines: tuple[int, int]  # slope sizes of the stream whose every record holds STATE
     huge_line_mb: int  # one RECORD line this many MB long
     every_state_lines: int  # a stream with a STATE after every record
     map_transform_lines: tuple[int, int]  # the slow SDK mapper's own slope sizes
@@ -79,6 +80,7 @@ DEFAULT = Scale(
     repeats=3,
     slope_lines=(1_000_000, 5_000_000),
     shape_lines=(100_000, 1_000_000),
+    state_text_lines=(100_000, 1_000_000),
     huge_line_mb=200,
     every_state_lines=1_000_000,
     map_transform_lines=(100_000, 300_000),
@@ -99,6 +101,7 @@ TINY = Scale(
     repeats=1,
     slope_lines=(2_000, 6_000),
     shape_lines=(1_000, 2_000),
+    state_text_lines=(1_000, 3_000),
     huge_line_mb=2,
     every_state_lines=2_000,
     map_transform_lines=(500, 1_500),

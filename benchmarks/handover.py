@@ -137,8 +137,8 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
                 f"hand-over at lock_retry_seconds {retry:g} ({len(times)} runs)",
                 f"median {fmt_ms(median(times))}",
                 f"min {fmt_ms(min(times))}, max {fmt_ms(max(times))}",
+                f"expected: {fmt_ms(retry / 2)} on average + one acquire, state read, hand-off",
                 "",
-                f"about {fmt_ms(retry / 2)} + one acquire on average",
             )
         )
     return section

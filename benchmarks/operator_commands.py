@@ -46,7 +46,7 @@ ALL_COMMANDS = (
     "meltano state list",
     "meltano state get",
 )
-LIST_COMMANDS = ("mapper-state state list", "mapper-state state export", "meltano state list")
+LIST_COMMANDS = ("mapper-state state list", "meltano state list")
 
 
 def state_id(i: int) -> str:
@@ -166,14 +166,14 @@ def rows(scale: Scale, results: list[Result]) -> tuple[list[Row], list[str]]:
     for name in ALL_COMMANDS:
         r = by[(name, largest, h)]
         peers = "; ".join(
-            f"{fmt_int(n)} IDs: {by[(name, n, h)].requests:,} req, {by[(name, n, h)].seconds:.1f} s"
+            f"{fmt_int(n)} IDs: {_requests(by[(name, n, h)].requests)}, {by[(name, n, h)].seconds:.1f} s"
             for n in sorted(scale.operator_ids)
             if n != largest
         )
         out.append(
             Row(
                 f"`{name}`, {fmt_int(largest)} state IDs x {h} snapshots",
-                f"{r.seconds:.1f} s, {r.requests:,} requests",
+                f"{r.seconds:.1f} s, {_requests(r.requests)}",
                 peers,
                 breakdown(r.kinds),
             )
@@ -184,7 +184,7 @@ def rows(scale: Scale, results: list[Result]) -> tuple[list[Row], list[str]]:
         a, b = by[(name, small, h)], by[(name, big, h)]
         per_thousand = (b.requests - a.requests) / (big - small) * 1000
         growth = (
-            f"`{name}`: {a.requests:,} requests at {fmt_int(small)} state IDs, "
+            f"`{name}`: {_requests(a.requests)} at {fmt_int(small)} state IDs, "
             f"{b.requests:,} at {fmt_int(big)}: {per_thousand:,.1f} more per 1,000 IDs"
         )
         if name in LIST_COMMANDS:
@@ -200,3 +200,7 @@ def rows(scale: Scale, results: list[Result]) -> tuple[list[Row], list[str]]:
             )
         notes.append(growth + ".")
     return out, notes
+
+
+def _requests(n: int) -> str:
+    return f"{n:,} request" + ("" if n == 1 else "s")

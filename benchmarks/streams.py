@@ -13,7 +13,7 @@ from pathlib import Path
 
 BLOCK = 10_000  # lines generated and written at a time
 SCHEMA = '{"type":"SCHEMA","stream":"events","schema":{"type":"object"},"key_properties":["id"]}\n'
-_PAD = "x" * 96
+_PAD = "x" * 41  # a record line is then 200 bytes or so
 
 
 def _record(i: int, status: str = "ok") -> str:

@@ -155,7 +155,7 @@ def _measure(scale: Scale, work: Path, section: Section, progress: Callable[[str
     sizes = {*scale.slope_lines, *scale.shape_lines, scale.every_state_lines}
     plain = {n: streams.plain(work / f"plain-{n}.jsonl", n) for n in sorted(sizes)}
     state_text = {
-        n: streams.state_text(work / f"state-text-{n}.jsonl", n) for n in scale.slope_lines
+        n: streams.state_text(work / f"state-text-{n}.jsonl", n) for n in scale.state_text_lines
     }
     huge = streams.huge_line(work / "huge-line.jsonl", scale.huge_line_mb)
     every = streams.every_state(work / "every-state.jsonl", scale.every_state_lines)
@@ -201,9 +201,9 @@ def _measure(scale: Scale, work: Path, section: Section, progress: Callable[[str
     slopes: dict[str, dict[str, float]] = {
         "cat": rates("cat", "plain", scale.slope_lines),
         "mapper-state": rates("mapper-state", "plain", scale.slope_lines),
-        "cat, every record holds STATE": rates("cat", "state-text", scale.slope_lines),
+        "cat, every record holds STATE": rates("cat", "state-text", scale.state_text_lines),
         "mapper-state, every record holds STATE": rates(
-            "mapper-state", "state-text", scale.slope_lines
+            "mapper-state", "state-text", scale.state_text_lines
         ),
     }
     if sdk:
@@ -216,6 +216,7 @@ def _measure(scale: Scale, work: Path, section: Section, progress: Callable[[str
         )
     section.data["slope"] = {
         "between_lines": list(scale.slope_lines),
+        "state_text_between_lines": list(scale.state_text_lines),
         "map_transform_between_lines": list(scale.map_transform_lines),
         "contenders": slopes,
     }
@@ -317,11 +318,12 @@ def rows(scale: Scale, data: dict[str, Any], has_map_transform: bool) -> list[Ro
             )
         )
     text = s["mapper-state, every record holds STATE"]
+    text_between = " -> ".join(_lines(n) for n in scale.state_text_lines)
     out.append(
         Row(
-            'every record holds "STATE", slope ' + between,
+            f'every record holds "STATE", slope {text_between} lines',
             f"{text['mb_per_s']:,.0f} MB/s, {text['cpu_s_per_gb']:.2f} s CPU/GB",
-            f"plain stream {ours['mb_per_s']:,.0f} MB/s",
+            f"plain stream {ours['mb_per_s']:,.0f} MB/s, {ours['cpu_s_per_gb']:.2f} s CPU/GB",
             f"{ours['mb_per_s'] / text['mb_per_s']:.2f}x slower than plain",
             "within 2x of plain",
             text["mb_per_s"] * 2 >= ours["mb_per_s"],
