@@ -8,11 +8,13 @@ everything that lists settings (parsing, ``MAPPER_STATE_*`` names, ``--about``,
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mapper_state.settings import RUN_SETTINGS, Settings, SettingSpec, SettingsSource, load
-from mapper_state.stores import store_settings
+from mapper_state.stores import store_settings, store_types
 
 
 def catalog() -> tuple[SettingSpec, ...]:
@@ -31,8 +33,14 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     sources: Sequence[SettingsSource] = (),
 ) -> Settings:
-    """Resolve every setting of the catalog (see :func:`mapper_state.settings.load`)."""
-    return load(catalog(), flags, config_files, env, sources)
+    """Resolve every setting of the catalog (see :func:`mapper_state.settings.load`).
+
+    The secrets the stores' SDKs read from the environment are hidden like secret settings.
+    """
+    env = os.environ if env is None else env
+    settings = load(catalog(), flags, config_files, env, sources)
+    found = tuple(env[v] for s in store_types() for v in s.secret_env_vars if env.get(v))
+    return dataclasses.replace(settings, other_secrets=found)
 
 
 def settings_from_values(values: Mapping[str, Any]) -> Settings:

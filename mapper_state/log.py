@@ -2,11 +2,15 @@
 
 Everything mapper-state says goes through here so that no secret can slip out
 (every configured secret is replaced by ``***``) and ``--log-format json`` gives
-one JSON object per line for log collectors.
+one JSON object per line for log collectors. ``MAPPER_STATE_DEBUG=1`` adds the
+debug logs of the retry layer and of the cloud SDKs (HTTP requests included),
+through the same redaction.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import time
 from typing import Any
@@ -19,11 +23,35 @@ _secrets: list[str] = []
 _json = False
 
 
+DEBUG_VAR = "MAPPER_STATE_DEBUG"
+
+
 def configure(settings: Any) -> None:
-    """Remember the secrets to hide and the format to use."""
+    """Remember the secrets to hide and the format to use; with ``MAPPER_STATE_DEBUG``, debug logs."""
     global _json
     _secrets[:] = settings.secrets()
     _json = settings["log_format"] == "json"
+    if os.environ.get(DEBUG_VAR):
+        _debug_logging()
+
+
+class _Redacting(logging.Handler):
+    """Python logging (the retry layer's and the cloud SDKs') through :func:`emit`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a library's malformed log call must not stop the run
+            text = str(record.msg)
+        emit("debug", f"{record.name}: {text}")
+
+
+def _debug_logging() -> None:
+    """Every library's debug log on stderr, one line each, with every secret hidden."""
+    root = logging.getLogger()
+    if not any(isinstance(h, _Redacting) for h in root.handlers):
+        root.addHandler(_Redacting())
+    root.setLevel(logging.DEBUG)
 
 
 def _redact(text: str) -> str:
@@ -46,6 +74,15 @@ def emit(level: str, message: str, **fields: Any) -> None:
         line = f"mapper-state: {prefix}{message}" + (f" ({_redact(extra)})" if extra else "")
     try:
         sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def traceback_text(text: str) -> None:
+    """A multi-line text (a traceback asked for with ``MAPPER_STATE_DEBUG``), secrets hidden."""
+    try:
+        sys.stderr.write(_redact(text))
         sys.stderr.flush()
     except (BrokenPipeError, ValueError):
         pass

@@ -145,6 +145,8 @@ class Settings:
     sources: Mapping[str, str] = field(default_factory=dict)
     #: The names of the secret settings, for redaction.
     secret_names: frozenset[str] = frozenset()
+    #: Secret values from elsewhere (the SDKs' own environment variables), for redaction.
+    other_secrets: tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -187,6 +189,7 @@ class Settings:
         """Every secret value in force, for redaction."""
         found = [str(self.values[n]) for n in self.secret_names if self.values.get(n)]
         found.extend(uri_secrets(self.uri))
+        found.extend(self.other_secrets)
         return [s for s in found if len(s) >= 4]
 
     def redact(self, text: str) -> str:

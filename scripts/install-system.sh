@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The system packages the test suite needs: the PostgreSQL 15 server binaries (the
-# end-to-end tests start a throw-away cluster) and Node.js with npm (Azurite).
+# end-to-end tests start a throw-away cluster), Node.js with npm (Azurite) and Ceph's
+# monitor, OSD and RADOS Gateway (the tests start a one-node cluster as a second S3).
 # Installs with apt-get only what is missing, and only when it can (root, apt-get);
 # otherwise it says what to install and lets the tests fail with their own message.
 set -euo pipefail
@@ -9,6 +10,9 @@ missing=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1 \
   || missing+=(postgresql)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+for binary in radosgw ceph-mon ceph-osd ceph; do
+  command -v "$binary" >/dev/null 2>&1 || { missing+=(radosgw ceph-mon ceph-osd ceph-common); break; }
+done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -1,3 +1,3 @@
 """Shared pytest configuration."""
 
-pytest_plugins = ["tests.servers"]
+pytest_plugins = ["tests.servers", "tests.rgw"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mapper_state.core import state
-from mapper_state.core.lease import LEASE_FILE, Lease
+from mapper_state.core.lease import LEASE_FILE, Lease, read_lease
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.file import FileStore
 from tests.helpers import in_terminal
@@ -94,7 +94,9 @@ def test_break_fences_the_old_holder(tmp_path: Path, holder: Lease) -> None:
     result = mapper(tmp_path, "lock", "break", "dev:tap-a-to-target-b", "--yes")
     assert result.returncode == 0, result.stderr
     assert b"nightly-7" in result.stderr
-    assert not (tmp_path / "dev:tap-a-to-target-b" / LEASE_FILE).exists()
+    # broken by compare-and-swap to a broken record, safe where delete conditions are ignored
+    broken, _ = read_lease(store, "dev:tap-a-to-target-b")
+    assert broken is not None and broken.status == "broken" and broken.run_id == "nightly-7"
     status = mapper(tmp_path, "lock", "status", "dev:tap-a-to-target-b")
     assert status.stdout.endswith(b"free (no lease)\n")
 

@@ -23,8 +23,14 @@ STATE = {"bookmarks": {"users": {"replication_key_value": "2024-01-01"}, "orders
 
 
 def stored(store: Path, state_id: str) -> dict | None:
+    """Meltano's part of the stored document (without mapper-state's writer record)."""
     path = store / state_id / "state.json"
-    return json.loads(path.read_bytes()) if path.exists() else None
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_bytes())
+    writer = doc.pop("mapper_state")
+    assert writer["serial"] >= 1 and writer["run_id"]  # every write's bytes are unique
+    return doc
 
 
 def one_line_error(result: subprocess.CompletedProcess[bytes]) -> str:

@@ -34,6 +34,7 @@ CHECKS = [
     "create-if-absent",
     "compare-and-swap",
     "conditional delete",
+    "release",
 ]
 
 
@@ -177,7 +178,9 @@ def test_read_only_credentials() -> None:
     [
         ("s3_location", "safe", 0),  # moto enforces If-None-Match / If-Match
         ("azure_location", "safe", 0),  # Azurite enforces ETag conditions
-        ("gcs_location", "warning", 0),  # fake-gcs-server ignores delete preconditions only
+        # fake-gcs-server ignores delete preconditions only, and mapper-state releases
+        # by compare-and-swap there
+        ("gcs_location", "safe", 0),
         ("gcs_unsafe_location", "unsafe", ExitCode.UNSAFE_STORE),  # ignores every precondition
     ],
 )
@@ -194,6 +197,10 @@ def test_doctor_on_real_servers(
     )
     assert result.returncode == code, result.stderr
     report = json.loads(result.stdout)
-    assert report["verdict"] == verdict
+    assert report["verdict"] == verdict, [c for c in report["checks"] if c["status"] != "ok"]
+    checks = {c["name"]: c for c in report["checks"]}
+    if location == "gcs_location":  # what it found, and how it releases there
+        assert "condition is ignored" in checks["conditional delete"]["detail"]
+        assert "compare-and-swap to a released lease record" in checks["release"]["detail"]
     assert report["store"] == where.uri
     assert list(where.open().list()) == []  # nothing left behind

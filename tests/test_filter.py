@@ -42,10 +42,13 @@ def test_newest_state_is_stored_in_meltano_layout(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == data
     doc = stored_document(store_of(tmp_path), "dev:tap-a-to-target-b")
+    assert doc is not None
+    writer = doc.pop("mapper_state")  # beside Meltano's keys, which Meltano ignores
     assert doc == {
         "completed": {"singer_state": {"bookmarks": {"s": {"replication_key_value": 3}}}},
         "partial": {},
     }
+    assert writer["serial"] >= 1 and len(writer["run_id"]) == 12 and writer["written_at"] > 0
     state_dir = store_of(tmp_path) / "dev:tap-a-to-target-b"
     assert oct((state_dir / "state.json").stat().st_mode & 0o777) == "0o600"
     assert not (state_dir / "mapper-state.lease.json").exists()  # released
@@ -217,6 +220,34 @@ def test_signals_release_the_lease(tmp_path: Path, sig: signal.Signals) -> None:
     assert not (store_of(tmp_path) / "sig" / "mapper-state.lease.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("position", "kept"),
+    [("before the target", {"n": 1}), ("after the target", {"n": 2})],
+)
+def test_what_a_signal_commits_with_a_state_pending(
+    tmp_path: Path, position: str, kept: dict[str, int]
+) -> None:
+    """At-least-once: before the target a pending state is dropped; after it, committed."""
+    after = position == "after the target"
+    args = ["--state-id", "pending", "--checkpoint-interval-seconds", "60"]
+    proc = spawn_cli(*args, *(["--after-target"] if after else []), cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(n: int) -> None:
+        line = json.dumps({"n": n}).encode() + b"\n" if after else state_line({"n": n})
+        proc.stdin.write(line)  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert proc.stdout.readline() == line  # type: ignore[union-attr]  # it passed through
+
+    send(1)  # the first state is written at once
+    wait_until(lambda: stored_state(store_of(tmp_path), "pending") == {"n": 1}, "the first commit")
+    send(2)  # the next waits for the checkpoint interval
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 143
+    assert stored_state(store_of(tmp_path), "pending") == kept
+    assert not (store_of(tmp_path) / "pending" / "mapper-state.lease.json").exists()
+
+
 def test_a_state_equal_to_the_stored_one_is_not_written_again(tmp_path: Path) -> None:
     """Taps open by repeating the state they were given: that costs no write."""
     run_cli("--state-id", "same", cwd=tmp_path, input=stream(3))
@@ -248,3 +279,77 @@ def test_bad_config_with_a_fifo_does_not_hang_the_tap(tmp_path: Path, bad: list[
     assert result.returncode == 2
     assert b"Traceback (most recent call last)" in result.stderr  # the tap's own failure
     assert b"mapper-state: error:" in result.stderr
+
+
+def test_a_state_changed_behind_the_holders_back_stops_the_run_with_exit_4(
+    tmp_path: Path,
+) -> None:
+    """Fencing through the CLI: another writer changes state.json without the lease."""
+    args = ["--state-id", "fenced", "--checkpoint-interval-seconds", "0.2"]
+    proc = spawn_cli(*args, cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(state_line({"n": 1}))
+    proc.stdin.flush()
+    wait_until(lambda: stored_state(store_of(tmp_path), "fenced") == {"n": 1}, "the first commit")
+    intruder = {"completed": {"singer_state": {"n": "intruder"}}, "partial": {}}
+    (store_of(tmp_path) / "fenced" / "state.json").write_text(json.dumps(intruder))
+    proc.stdin.write(state_line({"n": 2}))
+    proc.stdin.flush()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 4, err
+    assert b"changed by another writer" in err
+    assert stored_state(store_of(tmp_path), "fenced") == {"n": "intruder"}  # not overwritten
+    assert not (store_of(tmp_path) / "fenced" / "mapper-state.lease.json").exists()
+
+
+def test_an_unreachable_store_is_exit_5_in_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = clean_env(AWS_ACCESS_KEY_ID="key", AWS_SECRET_ACCESS_KEY="secret-value-123")
+    result = run_cli(
+        "--state-id",
+        "x",
+        "--state-backend-uri",
+        "s3://bucket/prefix",
+        "--set",
+        f"state_backend.s3.endpoint_url=http://127.0.0.1:{port}",
+        "--lock-timeout-seconds",
+        "3",
+        input=state_line({"n": 1}),
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 5
+    err = result.stderr.decode()
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"cannot reach S3 at http://127.0.0.1:{port}" in err
+
+
+def test_sdk_debug_logging_hides_the_credentials(tmp_path: Path) -> None:
+    """MAPPER_STATE_DEBUG=1 shows botocore's requests, with every secret hidden."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    key_id, secret = "AKIDEXAMPLE0SECRET7", "secret-access-key-value-9f3"
+    common = ["state", "get", "x", "--state-backend-uri", "s3://bucket/prefix"]
+    common += ["--set", f"state_backend.s3.endpoint_url=http://127.0.0.1:{port}"]
+    common += ["--lock-timeout-seconds", "1"]
+    from_env = clean_env(
+        AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret, MAPPER_STATE_DEBUG="1"
+    )
+    from_flags = ["--set", f"state_backend.s3.aws_access_key_id={key_id}"]
+    from_flags += ["--set", f"state_backend.s3.aws_secret_access_key={secret}"]
+    for args, env in (
+        (common, from_env),
+        (common + from_flags, clean_env(MAPPER_STATE_DEBUG="1")),
+    ):
+        result = run_cli(*args, cwd=tmp_path, env=env)
+        assert result.returncode == 5
+        err = result.stderr.decode()
+        assert "botocore" in err and "Credential=***/" in err  # the debug log is there
+        assert key_id not in err and secret not in err

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -183,6 +182,7 @@ def test_missing_commands_and_unstartable_children(tmp_path: Path) -> None:
 
 
 def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> None:
+    log = tmp_path / "waiter.log"
     holder = spawn_cli("--state-id", "job", cwd=tmp_path)
     wait_for_lease(tmp_path / ".mapper-state", "job")
     waiter = spawn_cli(
@@ -198,10 +198,13 @@ def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> No
         "--lock-retry-seconds",
         "0.1",
         cwd=tmp_path,
+        stderr=log.open("wb"),
     )
-    time.sleep(1)
+    # signal only once it is waiting (its handlers are in place), not after a fixed sleep
+    wait_until(lambda: b"is busy, waiting up to 60s" in log.read_bytes(), "the waiter to wait")
     waiter.send_signal(signal.SIGTERM)
-    _, err = waiter.communicate(timeout=10)
+    waiter.communicate(timeout=10)
+    err = log.read_bytes()
     assert waiter.returncode == 143, err
     assert b"interrupted by signal 15" in err
     holder.communicate(b"")

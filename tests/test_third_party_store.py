@@ -115,3 +115,31 @@ def test_an_unknown_setting_of_a_store_is_still_refused(tiny_site: Path, tmp_pat
     )
     assert result.returncode == 2
     assert "unknown setting state_backend.tiny.tokn" in result.stderr.decode()
+
+
+def test_a_bug_in_a_store_is_exit_1_in_one_line_with_secrets_hidden(
+    tiny_site: Path, tmp_path: Path
+) -> None:
+    token = "tiny-token-7d1e2f"
+    env = _env(
+        tiny_site,
+        MAPPER_STATE_STATE_BACKEND__TINY__ROOT=str(tmp_path),
+        MAPPER_STATE_STATE_BACKEND__TINY__TOKEN=token,
+    )
+    result = run_cli("state", "get", "a", "--state-backend-uri", "tiny://crash", env=env)
+    assert result.returncode == 1
+    err = result.stderr.decode()
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "internal error: RuntimeError: tiny store crashed holding the token ***" in err
+    assert token not in err
+
+    debug = run_cli(
+        "state",
+        "get",
+        "a",
+        "--state-backend-uri",
+        "tiny://crash",
+        env={**env, "MAPPER_STATE_DEBUG": "1"},
+    )
+    assert debug.returncode == 1
+    assert b"Traceback" in debug.stderr and token.encode() not in debug.stderr

@@ -7,7 +7,9 @@ import time without importing ``cli.py`` (which imports the subcommands).
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -180,5 +182,13 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             log.error("interrupted")
             sys.exit(ExitCode.INTERRUPTED)
+        except Exception as exc:  # a bug: one line, secrets hidden, the traceback on request
+            if os.environ.get("MAPPER_STATE_DEBUG"):
+                log.traceback_text("".join(traceback.format_exception(exc)))
+            log.error(
+                f"internal error: {type(exc).__name__}: {exc} (a bug: please report it; "
+                "MAPPER_STATE_DEBUG=1 shows where it happened)"
+            )
+            sys.exit(ExitCode.INTERNAL)
 
     return wrapper  # type: ignore[return-value]

@@ -175,34 +175,31 @@ def state_clear(
     log.info(f"cleared {plural(len(ids), 'state')}; {undo}")
 
 
-@state_group.command("copy")
-@click.argument("src")
-@click.argument("dst")
-@click.option("--force", is_flag=True, help="Replace DST if it exists.")
-@store_options
-@click.pass_context
-@handle_errors
-def state_copy(ctx: click.Context, /, src: str, dst: str, force: bool, **kw: Any) -> None:
-    """Copy the state of SRC to DST (DST under the lease)."""
-    src, dst = ops.check_state_id(src), ops.check_state_id(dst)
-    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
-    ops.copy_state(store, src, dst, ops.Guard.from_settings(settings), force=force)
-    log.info(f"copied the state of {src} to {dst}")
+def _transfer_command(name: str, doc: str, transfer: ops.Transfer, done: str) -> click.Command:
+    """``state copy`` and ``state move``: SRC onto DST, under the lease."""
+
+    @click.argument("src")
+    @click.argument("dst")
+    @click.option("--force", is_flag=True, help="Replace DST if it exists.")
+    @store_options
+    @click.pass_context
+    @handle_errors
+    def command(ctx: click.Context, /, src: str, dst: str, force: bool, **kw: Any) -> None:
+        src, dst = ops.check_state_id(src), ops.check_state_id(dst)
+        settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
+        transfer(store, src, dst, ops.Guard.from_settings(settings), force=force)
+        log.info(f"{done} the state of {src} to {dst}")
+
+    command.__doc__ = doc
+    return state_group.command(name)(command)
 
 
-@state_group.command("move")
-@click.argument("src")
-@click.argument("dst")
-@click.option("--force", is_flag=True, help="Replace DST if it exists.")
-@store_options
-@click.pass_context
-@handle_errors
-def state_move(ctx: click.Context, /, src: str, dst: str, force: bool, **kw: Any) -> None:
-    """Move the state of SRC to DST, holding both leases."""
-    src, dst = ops.check_state_id(src), ops.check_state_id(dst)
-    settings, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
-    ops.move_state(store, src, dst, ops.Guard.from_settings(settings), force=force)
-    log.info(f"moved the state of {src} to {dst}")
+state_copy = _transfer_command(
+    "copy", "Copy the state of SRC to DST (DST under the lease).", ops.copy_state, "copied"
+)
+state_move = _transfer_command(
+    "move", "Move the state of SRC to DST, holding both leases.", ops.move_state, "moved"
+)
 
 
 @state_group.command("export")

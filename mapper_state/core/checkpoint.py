@@ -92,11 +92,11 @@ class Checkpointer:
         finally:
             self._last_write = time.monotonic()
 
-    def _stop_thread(self) -> None:
+    def _stop_thread(self, timeout: float | None = None) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join()
+        self._thread.join(timeout)
 
     def finish(self) -> bool:
         """Write the newest uncommitted state now; return whether anything was written."""
@@ -109,8 +109,12 @@ class Checkpointer:
         self._write(value, background=False)
         return True
 
-    def abandon(self) -> None:
-        """Stop without writing what has not been committed yet."""
+    def abandon(self, timeout: float | None = None) -> None:
+        """Stop without writing what has not been committed yet.
+
+        A write still waiting on the store is not waited for longer than ``timeout``:
+        it is fenced (conditional on versions) and may be left to fail on its own.
+        """
         with self._cond:
             self._pending = _NOTHING
-        self._stop_thread()
+        self._stop_thread(timeout)

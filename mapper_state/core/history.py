@@ -157,11 +157,19 @@ def write_snapshot(
 
 
 def record(
-    store: BlobStore, state_id: str, value: Any, *, run_id: str, keep: int, note: str = ""
+    store: BlobStore,
+    state_id: str,
+    value: Any,
+    *,
+    run_id: str,
+    keep: int,
+    note: str = "",
+    command: str | None = None,
 ) -> None:
     """Keep ``value`` as the snapshot of run ``run_id``, after that run's final commit.
 
     ``note`` names the operator command that wrote the state; runs leave it empty.
+    ``command`` is the writer's command line as its lease keeps it (secrets hidden).
     """
     write_snapshot(
         store,
@@ -170,12 +178,14 @@ def record(
         run_id=run_id,
         keep=keep,
         host=socket.gethostname(),
-        command=current_command(),
+        command=current_command() if command is None else command,
         note=note,
     )
 
 
-def record_if_missing(store: BlobStore, state_id: str, value: Any, *, keep: int) -> None:
+def record_if_missing(
+    store: BlobStore, state_id: str, value: Any, *, keep: int, command: str | None = None
+) -> None:
     """Snapshot a state about to be overwritten if the newest snapshot does not hold it.
 
     States written by Meltano, by a ``lock_only`` run or before history existed have
@@ -195,7 +205,7 @@ def record_if_missing(store: BlobStore, state_id: str, value: Any, *, keep: int)
         run_id=UNRECORDED,
         keep=keep,
         host="",
-        command=current_command(),
+        command=current_command() if command is None else command,
         note="another writer",
     )
 

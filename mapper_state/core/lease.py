@@ -1,30 +1,44 @@
 """The lease: one holder per state ID for a whole run, on any store.
 
 The lease is an object beside ``state.json`` holding a :class:`LeaseRecord`.
-Acquire is a create-if-absent; taking over an expired lease, renewing it and
-releasing it are compare-and-swaps on the version last seen, so two contenders
-can never both win. A heartbeat thread renews every third of the TTL; a holder
-that fails to renew (someone broke or took over its lease) knows it has lost it,
-and every state write first confirms the lease (fencing).
+Acquire is a create-if-absent; taking over an expired or released lease, renewing
+it and releasing it are compare-and-swaps on the version last seen, so two
+contenders can never both win. A heartbeat thread renews every third of the TTL;
+a holder that fails to renew (someone broke or took over its lease) knows it has
+lost it, and every state write first confirms the lease (fencing).
+
+Two rules keep a holder that lost its lease from hurting the next one:
+
+- it never deletes or rewrites the lease object again;
+- release is a conditional delete only on a store known to enforce delete
+  conditions (:func:`releases_by_delete`); elsewhere (MinIO, Ceph RGW and
+  fake-gcs-server accept ``If-Match`` on a delete and ignore it) it is a
+  compare-and-swap to a *released* record, which the next run takes over.
+
+The heartbeat does not trust a renewal to come back: when none has succeeded by
+the lease's expiry minus a margin, the lease is declared lost at that moment,
+whatever the request is still doing.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
 
-from mapper_state import signals
+from mapper_state import log, signals
 from mapper_state.errors import LeaseBusy, LeaseLost
+from mapper_state.redact import redact, uri_secrets
 from mapper_state.stores.base import Blob, BlobStore, PreconditionFailed, StoreError
 
 LEASE_FILE = "mapper-state.lease.json"
@@ -42,6 +56,8 @@ class LeaseTiming(Protocol):
     @property
     def lock_wait(self) -> float: ...
 
+    def secrets(self) -> list[str]: ...
+
 
 def lease_key(state_id: str) -> str:
     return f"{state_id}/{LEASE_FILE}"
@@ -56,9 +72,24 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def lost_margin(ttl: float) -> float:
+    """How long before its expiry a holder that could not renew calls its lease lost."""
+    return min(2.0, ttl / 10)
+
+
+HELD = "held"
+RELEASED = "released"
+BROKEN = "broken"
+
+
 @dataclass(frozen=True)
 class LeaseRecord:
-    """Who holds a lease and until when; written as JSON into the lease object."""
+    """Who holds a lease and until when; written as JSON into the lease object.
+
+    ``status`` is ``held``, or ``released`` / ``broken`` for a record left in place of
+    a deleted lease on a store that ignores delete conditions (and by ``lock break``):
+    such a lease is free.
+    """
 
     run_id: str
     host: str
@@ -68,6 +99,7 @@ class LeaseRecord:
     renewed_at: float
     expires_at: float
     ttl_seconds: float
+    status: str = HELD
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -86,14 +118,22 @@ class LeaseRecord:
                 renewed_at=float(raw["renewed_at"]),
                 expires_at=float(raw["expires_at"]),
                 ttl_seconds=float(raw["ttl_seconds"]),
+                status=str(raw.get("status", HELD)),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return None
 
+    @property
+    def held(self) -> bool:
+        return self.status == HELD
+
     def is_expired(self, now: float) -> bool:
-        return now > self.expires_at + skew_allowance(self.ttl_seconds)
+        """Free for another run: released, broken, or past its expiry and the skew allowance."""
+        return not self.held or now > self.expires_at + skew_allowance(self.ttl_seconds)
 
     def describe(self) -> str:
+        if not self.held:
+            return f"{self.status} by run {self.run_id} on host {self.host} (pid {self.pid})"
         return (
             f"held by run {self.run_id} on host {self.host} (pid {self.pid}) "
             f"since {format_time(self.acquired_at)}, expires {format_time(self.expires_at)}"
@@ -109,8 +149,35 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def current_command() -> str:
-    return " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200]
+def current_command(secrets: Iterable[str] = ()) -> str:
+    """This process's command line, secrets hidden, as the lease record and history keep it.
+
+    Besides the configured ``secrets``, the value of every ``--set`` of a setting whose
+    name says it is a secret, and user-info in URIs, are hidden too.
+    """
+    args = [os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)]
+    hidden = list(secrets)
+    for arg in args:
+        name, sep, value = arg.partition("=")
+        if sep and value and _SECRET_NAME.search(name):
+            hidden.append(value)
+        hidden.extend(uri_secrets(arg.partition("=")[2] or arg))
+    return redact(" ".join(args), [h for h in hidden if len(h) >= 4])[:200]
+
+
+_SECRET_NAME = re.compile(
+    r"(secret|password|token|key_id|access_key|connection_string|credential)", re.I
+)
+
+
+def releases_by_delete(store: BlobStore) -> bool:
+    """Does the store enforce a conditional delete, so that release may delete the lease?
+
+    Stores say so with ``enforces_delete_conditions``; an unknown store (an S3-compatible
+    endpoint, a GCS emulator) is released by compare-and-swap instead, which every store
+    that can hold a lease at all enforces.
+    """
+    return getattr(store, "enforces_delete_conditions", False) is True
 
 
 class Lease:
@@ -126,6 +193,7 @@ class Lease:
         wait: float = 0.0,
         run_id: str | None = None,
         command: str | None = None,
+        secrets: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -136,10 +204,12 @@ class Lease:
         self.wait = wait
         self.clock = clock
         self.run_id = run_id or new_run_id()
-        self.command = current_command() if command is None else command
+        self.command = current_command(secrets) if command is None else command
         self.record: LeaseRecord | None = None
         self.version: str | None = None
         self.lost: LeaseLost | None = None
+        #: The holder whose expired or broken lease we took over: it may still be writing.
+        self.took_over: LeaseRecord | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -149,6 +219,7 @@ class Lease:
         cls, store: BlobStore, state_id: str, settings: LeaseTiming, **kwargs: Any
     ) -> Lease:
         """A lease with the TTL, poll interval and wait time the settings give."""
+        kwargs.setdefault("secrets", settings.secrets())
         return cls(
             store,
             state_id,
@@ -196,6 +267,10 @@ class Lease:
                 with signals.deferred():
                     self.version = self.store.replace(self.key, record.to_bytes(), blob.version)
                     self.record = record
+                # a released lease's holder is gone; an expired or broken one may not be
+                self.took_over = None if holder and holder.status == RELEASED else holder
+                if holder is None:  # unreadable: assume the worst
+                    self.took_over = replace(record, run_id="unknown", status=BROKEN)
                 return None
             except PreconditionFailed:
                 continue  # someone else took it over first
@@ -205,6 +280,7 @@ class Lease:
     def acquire(self) -> None:
         """Take the lease, waiting up to ``wait`` seconds for a busy one; else :class:`LeaseBusy`."""
         deadline = time.monotonic() + self.wait
+        said = False
         while True:
             holder = self.try_acquire()
             if holder is None:
@@ -212,12 +288,22 @@ class Lease:
             if time.monotonic() + self.retry > deadline:
                 waited = f" after waiting {self.wait:g}s" if self.wait else ""
                 raise LeaseBusy(f"state ID {self.state_id} is busy{waited}: {holder.describe()}")
+            if not said:
+                log.info(
+                    f"state ID {self.state_id} is busy, waiting up to {self.wait:g}s: "
+                    f"{holder.describe()}"
+                )
+                said = True
             time.sleep(self.retry)
 
     # -- hold ----------------------------------------------------------------------
     def renew(self) -> None:
         """Extend the lease by a compare-and-swap; :class:`LeaseLost` if it is no longer ours."""
-        with self._lock:
+        record = self.record
+        wait = max(0.0, record.expires_at - self.clock()) if record else 0.0
+        if not self._lock.acquire(timeout=wait):  # a renewal still waiting on the store
+            raise LeaseLost(f"could not renew the lease on {self.state_id} before it expired")
+        try:
             if self.lost:
                 raise self.lost
             if self.record is None or self.version is None:
@@ -232,30 +318,78 @@ class Lease:
                 self.lost = LeaseLost(f"lost the lease on {self.state_id}: now {who}")
                 raise self.lost from None
             self.record = record
+        finally:
+            self._lock.release()
 
     confirm = renew  # fencing: a state write is preceded by a successful renewal
 
     def start_heartbeat(self, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
+        """Renew every third of the TTL in a thread; call ``on_lost`` once if the lease is lost.
+
+        Each renewal runs in a thread of its own, and the heartbeat waits for it only
+        until the lease's expiry minus :func:`lost_margin`: a renewal stuck in a request
+        that never returns cannot keep a run working past its lease.
+        """
+
+        def lose(error: LeaseLost) -> None:
+            self.lost = self.lost or error
+            if on_lost:
+                on_lost(self.lost)
+
         def beat() -> None:
-            while not self._stop.wait(self.ttl / 3):
-                try:
-                    self.renew()
-                except LeaseLost as exc:
-                    if on_lost:
-                        on_lost(exc)
+            pause = self.ttl / 3
+            while not self._stop.wait(pause):
+                record = self.record
+                if record is None:
                     return
-                except StoreError:
-                    record = self.record
-                    if record and self.clock() > record.expires_at:
-                        self.lost = LeaseLost(
-                            f"could not renew the lease on {self.state_id} before it expired"
+                deadline = record.expires_at - lost_margin(self.ttl)
+                finished, error = self._renew_by(deadline)
+                if self._stop.is_set():
+                    return
+                if not finished or (isinstance(error, StoreError) and self.clock() >= deadline):
+                    lose(
+                        LeaseLost(
+                            f"could not renew the lease on {self.state_id} before it expired "
+                            "(the store did not answer in time)"
                         )
-                        if on_lost:
-                            on_lost(self.lost)
-                        return
+                    )
+                    return
+                if isinstance(error, LeaseLost):
+                    lose(error)
+                    return
+                if isinstance(error, StoreError):  # transient: try again soon, within the lease
+                    pause = min(self.ttl / 3, max(0.05, (deadline - self.clock()) / 3))
+                    continue
+                if error is not None:
+                    lose(LeaseLost(f"could not renew the lease on {self.state_id}: {error!r}"))
+                    return
+                pause = self.ttl / 3
 
         self._heartbeat = threading.Thread(target=beat, name="lease-heartbeat", daemon=True)
         self._heartbeat.start()
+
+    def _renew_by(self, deadline: float) -> tuple[bool, BaseException | None]:
+        """Renew in a thread of its own, waiting until it ends or ``deadline`` (our clock) passes.
+
+        Returns whether it ended, and its error if it failed. A renewal still running
+        at the deadline is left to finish or fail on its own; the lease is lost anyway.
+        """
+        outcome: list[BaseException] = []
+        done = threading.Event()
+
+        def attempt() -> None:
+            try:
+                self.renew()
+            except BaseException as exc:  # handed to the heartbeat
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="lease-renewal", daemon=True).start()
+        while not done.wait(min(0.1, max(0.0, deadline - self.clock()))):
+            if self._stop.is_set() or self.clock() >= deadline:
+                break
+        return done.is_set(), (outcome[0] if outcome else None)
 
     def stop_heartbeat(self) -> None:
         self._stop.set()
@@ -264,18 +398,33 @@ class Lease:
 
     # -- release -------------------------------------------------------------------
     def release(self) -> None:
-        """Give the lease up; a lease that is no longer ours is left alone."""
+        """Give the lease up; a lease that is no longer ours is left alone.
+
+        A holder that knows it lost its lease touches nothing. Otherwise: a conditional
+        delete where the store enforces one and the lease has not expired by our own
+        clock, else a compare-and-swap to a released record.
+        """
         self.stop_heartbeat()
-        with self._lock:
-            if self.version is None:
+        if self.lost is not None or not self._lock.acquire(timeout=self.ttl):
+            self.version = None
+            self.record = None
+            return
+        try:
+            if self.version is None or self.record is None:
                 return
-            try:
+            expired = self.clock() >= self.record.expires_at
+            if releases_by_delete(self.store) and not expired:
                 self.store.delete(self.key, if_version=self.version)
-            except PreconditionFailed:
-                pass
-            finally:
-                self.version = None
-                self.record = None
+            else:
+                now = self.clock()
+                released = replace(self.record, status=RELEASED, renewed_at=now, expires_at=now)
+                self.store.replace(self.key, released.to_bytes(), self.version)
+        except PreconditionFailed:
+            pass  # someone else holds it now: leave their lease alone
+        finally:
+            self.version = None
+            self.record = None
+            self._lock.release()
 
     def __enter__(self) -> Lease:
         self.acquire()
@@ -286,11 +435,22 @@ class Lease:
 
 
 def break_lease(store: BlobStore, state_id: str) -> LeaseRecord | None:
-    """Forcibly free a lease (``lock break``); return the record that was there."""
-    holder, blob = read_lease(store, state_id)
-    if blob is not None:
+    """Forcibly free a lease (``lock break``); return the record that was there.
+
+    The lease becomes a *broken* record by compare-and-swap rather than being deleted,
+    so that it is safe on stores that ignore delete conditions, and so that the next
+    holder knows the broken one may still be writing (and fences it out).
+    """
+    for _ in range(5):
+        holder, blob = read_lease(store, state_id)
+        if blob is None:
+            return None
+        now = time.time()
+        base = holder or LeaseRecord("unknown", "unknown", 0, "", now, now, now, 0.0)
+        broken = replace(base, status=BROKEN, renewed_at=now, expires_at=now)
         try:
-            store.delete(lease_key(state_id), if_version=blob.version)
+            store.replace(lease_key(state_id), broken.to_bytes(), blob.version)
+            return holder
         except PreconditionFailed:
-            store.delete(lease_key(state_id))
-    return holder
+            continue  # renewed in between: break the newer record
+    raise LeaseBusy(f"could not break the lease on {state_id}: it keeps changing")

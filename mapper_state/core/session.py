@@ -62,6 +62,7 @@ class Session:
         self.dry_run = bool(settings["dry_run"])
         self.prior: state.StateSnapshot | None = None
         self._version: str | None = None
+        self._serial = 0
         self._stored: Any = None
         self.committed: Any = None
         self.writes = 0
@@ -72,10 +73,11 @@ class Session:
     def __enter__(self) -> Session:
         try:
             self.lease.acquire()
-            self.prior = state.load(self.store, self.state_id)
+            self.prior = self._load_fenced()
             self.hooks.check_prior(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
                 self._version = self.prior.version
+                self._serial = self.prior.writer.serial
                 self._stored = self.prior.value
                 self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
                 self.lease.start_heartbeat(on_lost=self._lost)
@@ -83,6 +85,41 @@ class Session:
             self.__exit__()
             raise
         return self
+
+    def _load_fenced(self) -> state.StateSnapshot:
+        """The prior state; after taking over from a holder that may still be writing, fenced.
+
+        A holder whose lease expired (frozen, partitioned) or was broken may have a state
+        write still in flight, conditional on the version it last saw. Rewriting the
+        state now (same value, next serial: new bytes, so a new version on every store)
+        makes any such write fail; one that landed first is read back and kept.
+        """
+        for _ in range(5):
+            prior = state.load(self.store, self.state_id)
+            if self.lease.took_over is None or not prior.exists or not self.writes_state:
+                return prior
+            try:
+                version = state.save(
+                    self.store,
+                    self.state_id,
+                    prior.value,
+                    prior.version,
+                    serial=prior.next_serial,
+                    run_id=self.lease.run_id,
+                )
+            except LeaseLost:
+                continue  # the previous holder's write landed first: read it again
+            log.info(
+                f"took over the expired lease of run {self.lease.took_over.run_id} on "
+                f"{self.state_id}; its writes still in flight will be refused"
+            )
+            return state.StateSnapshot(
+                self.state_id,
+                prior.value,
+                version,
+                state.Writer(prior.next_serial, self.lease.run_id, time.time()),
+            )
+        raise LeaseLost(f"the state of {self.state_id} keeps changing after the takeover")
 
     def _lost(self, error: LeaseLost) -> None:
         """The heartbeat lost the lease: stop committing, and stop the stream now."""
@@ -93,7 +130,8 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.lease.stop_heartbeat()
         if self.checkpointer is not None:
-            self.checkpointer.abandon()
+            # a write stuck on the store after the lease was lost is fenced: do not wait on it
+            self.checkpointer.abandon(timeout=None if self.lease.lost is None else 1.0)
         self.release()
 
     @property
@@ -124,7 +162,15 @@ class Session:
         if self._version is not None and value == self._stored:
             return  # the store holds this already (taps open by repeating their state)
         self.lease.confirm()
-        self._version = state.save(self.store, self.state_id, value, self._version)
+        self._version = state.save(
+            self.store,
+            self.state_id,
+            value,
+            self._version,
+            serial=self._serial + 1,
+            run_id=self.lease.run_id,
+        )
+        self._serial += 1
         self._stored = value
         self.committed = value
         self.writes += 1
@@ -148,6 +194,7 @@ class Session:
                     self.committed,
                     run_id=self.lease.run_id,
                     keep=self.settings["history_keep"],
+                    command=self.lease.command,
                 )
             except StoreError as exc:
                 log.warning(f"could not keep a history snapshot: {exc.message}")

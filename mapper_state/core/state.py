@@ -3,11 +3,18 @@
 A state ID's state lives at ``<state_id>/state.json`` as
 ``{"completed": {"singer_state": <value>}, "partial": {}}``, exactly what Meltano's
 own backends write, so either tool reads what the other wrote.
+
+Beside Meltano's two keys every write of ours adds ``"mapper_state": {"serial": N,
+"run_id": ..., "written_at": ...}`` (Meltano ignores it when it reads). It makes the
+bytes of every write unique, so that a compare-and-swap is sound on S3, whose
+versions (ETags) are content hashes: rewriting the same state still changes its
+version, and a write conditional on the old version fails.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +24,7 @@ from mapper_state.errors import InvalidStateId, LeaseLost
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
 STATE_FILE = "state.json"
+WRITER_KEY = "mapper_state"
 MAX_STATE_ID_LENGTH = 512
 RESERVED_PREFIX = ".mapper-state"  # doctor's scratch objects live under such names
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -47,16 +55,46 @@ def state_key(state_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class Writer:
+    """Who wrote a state document, as its ``mapper_state`` key records (absent: Meltano)."""
+
+    serial: int = 0
+    run_id: str | None = None
+    written_at: float | None = None
+
+    @classmethod
+    def of(cls, doc: Any) -> Writer:
+        raw = doc.get(WRITER_KEY) if isinstance(doc, dict) else None
+        if not isinstance(raw, dict):
+            return cls()
+        try:
+            serial = int(raw.get("serial") or 0)
+            written_at = raw.get("written_at")
+            return cls(
+                serial=serial,
+                run_id=str(raw["run_id"]) if raw.get("run_id") else None,
+                written_at=float(written_at) if written_at is not None else None,
+            )
+        except (TypeError, ValueError):
+            return cls()
+
+
+@dataclass(frozen=True)
 class StateSnapshot:
     """A state as read: the Singer state value (``None`` when there is none) and its version."""
 
     state_id: str
     value: Any
     version: str | None
+    writer: Writer = Writer()
 
     @property
     def exists(self) -> bool:
         return self.version is not None
+
+    @property
+    def next_serial(self) -> int:
+        return self.writer.serial + 1
 
 
 def meltano_document(value: Any) -> dict[str, Any]:
@@ -81,19 +119,24 @@ def singer_state(doc: Any) -> Any:
     return value
 
 
-def encode_document(value: Any) -> bytes:
-    """The bytes of Meltano's document for a Singer state value."""
-    return orjson.dumps(meltano_document(value))
+def encode_document(value: Any, *, serial: int = 1, run_id: str = "") -> bytes:
+    """The bytes of Meltano's document for a Singer state value, with who wrote it."""
+    doc = meltano_document(value)
+    doc[WRITER_KEY] = {"serial": serial, "run_id": run_id, "written_at": round(time.time(), 6)}
+    return orjson.dumps(doc)
+
+
+def _parse(data: bytes, where: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise StoreError(f"{where} is not valid JSON; fix or clear it") from None
 
 
 def decode_document(data: bytes, where: str) -> Any:
     """The effective Singer state in the bytes of a Meltano document."""
     try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise StoreError(f"{where} is not valid JSON; fix or clear it") from None
-    try:
-        return singer_state(doc)
+        return singer_state(_parse(data, where))
     except ValueError:
         raise StoreError(f"{where} does not hold a state document") from None
 
@@ -103,16 +146,30 @@ def load(store: BlobStore, state_id: str) -> StateSnapshot:
     if blob is None:
         return StateSnapshot(state_id, None, None)
     where = f"{store.display_uri}/{state_key(state_id)}"
-    return StateSnapshot(state_id, decode_document(blob.data, where), blob.version)
+    doc = _parse(blob.data, where)
+    try:
+        value = singer_state(doc)
+    except ValueError:
+        raise StoreError(f"{where} does not hold a state document") from None
+    return StateSnapshot(state_id, value, blob.version, Writer.of(doc))
 
 
-def save(store: BlobStore, state_id: str, value: Any, if_version: str | None) -> str:
+def save(
+    store: BlobStore,
+    state_id: str,
+    value: Any,
+    if_version: str | None,
+    *,
+    serial: int = 1,
+    run_id: str = "",
+) -> str:
     """Write ``value`` only if the state is still at ``if_version`` (absent when ``None``).
 
+    ``serial`` (the previous write's plus one) and ``run_id`` make the bytes unique.
     A refusal means someone wrote the state behind the holder's back: fencing
     turns it into :class:`LeaseLost` and nothing is overwritten.
     """
-    data = encode_document(value)
+    data = encode_document(value, serial=serial, run_id=run_id)
     key = state_key(state_id)
     try:
         if if_version is None:

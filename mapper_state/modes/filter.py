@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from mapper_state import log, signals
 from mapper_state.core.session import RunHooks, Session
-from mapper_state.errors import BadInput, ConfigError, DownstreamClosed, ExitCode
+from mapper_state.errors import BadInput, ConfigError, DownstreamClosed, ExitCode, Interrupted
 from mapper_state.settings import Settings
 from mapper_state.stream import handoff
 from mapper_state.stream.pump import LineScanner, pump
@@ -68,6 +68,12 @@ def run_filter(
                 commits=session.commits,
             )
             return ExitCode.OK
+        except Interrupted:
+            if after_target:
+                # every line read here is a state the target confirmed: commit the newest
+                # (before the target, a state not yet committed is dropped: at-least-once)
+                session.finish()
+            raise
         except DownstreamClosed:
             log.error("the target closed its input; states after the last commit are not stored")
             return ExitCode.DOWNSTREAM_CLOSED

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -52,6 +52,8 @@ class Guard:
     retry: float
     wait: float
     history_keep: int
+    #: Secret values in force, hidden from the command line the lease and history keep.
+    secret_values: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Guard:
@@ -60,7 +62,11 @@ class Guard:
             retry=settings.lock_retry,
             wait=settings.lock_wait,
             history_keep=settings["history_keep"],
+            secret_values=tuple(settings.secrets()),
         )
+
+    def secrets(self) -> list[str]:
+        return list(self.secret_values)
 
     @property
     def lock_timeout(self) -> float:
@@ -156,16 +162,22 @@ def lock_status(store: BlobStore, state_id: str) -> tuple[str, LeaseRecord | Non
         return "free", None
     if record is None:
         return "unreadable", None
+    if not record.held:  # released or broken: a free lease, left as a record
+        return "free", None
     return ("expired" if record.is_expired(time.time()) else "held"), record
 
 
 # -- writing under the lease --------------------------------------------------------
 
 
-def _keep_current(store: BlobStore, snapshot: StateSnapshot, guard: Guard) -> None:
+def _keep_current(
+    store: BlobStore, snapshot: StateSnapshot, guard: Guard, command: str | None = None
+) -> None:
     """Snapshot the state about to change; if that fails, change nothing."""
     try:
-        history.record_if_missing(store, snapshot.state_id, snapshot.value, keep=guard.history_keep)
+        history.record_if_missing(
+            store, snapshot.state_id, snapshot.value, keep=guard.history_keep, command=command
+        )
     except StoreError as exc:
         raise StoreError(
             f"could not keep the current state of {snapshot.state_id} in its history, "
@@ -176,12 +188,25 @@ def _keep_current(store: BlobStore, snapshot: StateSnapshot, guard: Guard) -> No
 def _commit(
     store: BlobStore, lease: Lease, snapshot: StateSnapshot, value: Any, guard: Guard, note: str
 ) -> None:
-    _keep_current(store, snapshot, guard)
+    _keep_current(store, snapshot, guard, lease.command)
     lease.confirm()
-    state.save(store, snapshot.state_id, value, if_version=snapshot.version)
+    state.save(
+        store,
+        snapshot.state_id,
+        value,
+        if_version=snapshot.version,
+        serial=snapshot.next_serial,
+        run_id=lease.run_id,
+    )
     try:
         history.record(
-            store, snapshot.state_id, value, run_id=lease.run_id, keep=guard.history_keep, note=note
+            store,
+            snapshot.state_id,
+            value,
+            run_id=lease.run_id,
+            keep=guard.history_keep,
+            note=note,
+            command=lease.command,
         )
     except StoreError as exc:
         log.warning(
@@ -194,7 +219,7 @@ def _remove(
     store: BlobStore, lease: Lease, snapshot: StateSnapshot, guard: Guard, *, keep_history: bool
 ) -> None:
     if keep_history:
-        _keep_current(store, snapshot, guard)
+        _keep_current(store, snapshot, guard, lease.command)
     lease.confirm()
     try:
         store.delete(state_key(snapshot.state_id), if_version=snapshot.version)
@@ -220,6 +245,13 @@ def _write(
 
 #: ``set_state`` or ``merge_state``: ``(store, state_id, value, guard)``.
 Writer = Callable[[BlobStore, str, Any, Guard], Any]
+
+
+#: ``copy_state`` or ``move_state``: ``(store, src, dst, guard, *, force)``.
+class Transfer(Protocol):
+    def __call__(
+        self, store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool
+    ) -> None: ...
 
 
 def set_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from mapper_state.core.lease import releases_by_delete
 from mapper_state.errors import ExitCode
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
 
@@ -78,7 +79,7 @@ VERDICTS = {
     ),
 }
 
-_CONDITIONAL_CHECKS = ("create-if-absent", "compare-and-swap", "conditional delete")
+_CONDITIONAL_CHECKS = ("create-if-absent", "compare-and-swap", "conditional delete", "release")
 
 
 _ACCESS_CHECKS = ("reachable", "credentials accepted", "read", "write", "list", "delete")
@@ -209,20 +210,47 @@ def _check_conditions(probe: _Probe, report: Report) -> None:
             )
         except PreconditionFailed:
             report.add("compare-and-swap", "ok", "a replace with a stale version was rejected")
-        # 3. delete-if-version: how a lease is released
+        if getattr(store, "unquoted_etags", False):
+            report.checks[-1] = Check(
+                "compare-and-swap",
+                report.checks[-1].status,
+                report.checks[-1].detail + " (this endpoint matches If-Match only without "
+                "the quotes S3 puts around ETags: they are sent unquoted here)",
+            )
+        # 3. delete-if-version, and how a lease is released here
+        by_delete = releases_by_delete(store)
         try:
             store.delete(key, if_version=current)
+            ignored = True
+        except PreconditionFailed:
+            ignored = False
+        if not ignored:
+            report.add("conditional delete", "ok", "a delete with a stale version was rejected")
+        elif not by_delete:
+            report.add(
+                "conditional delete",
+                "ok",
+                "a delete with a stale version was accepted (the condition is ignored); "
+                "mapper-state does not rely on it here",
+            )
+        else:
             detail = "a delete with a stale version was accepted"
             if report.verdict != "unsafe":
                 detail += (
                     ". Locking stays safe (acquiring, renewing and state writes are still "
-                    "conditional), but a run that lost its lease may delete its successor's "
-                    "lease when it exits; the successor then stops at its next renewal "
-                    "instead of finishing"
+                    "conditional), but this store is taken to enforce delete conditions, so "
+                    "a run that lost its lease may delete its successor's lease when it "
+                    "exits; the successor then stops at its next renewal instead of finishing"
                 )
             report.add("conditional delete", "warning", detail)
-        except PreconditionFailed:
-            report.add("conditional delete", "ok", "a delete with a stale version was rejected")
+        report.add(
+            "release",
+            "ok",
+            "by a conditional delete of the lease"
+            if by_delete
+            else "by compare-and-swap to a released lease record (safe whether or not the "
+            "store checks delete conditions)",
+        )
     except StoreError as exc:
         report.add("conditional writes", "failed", exc.message)
 

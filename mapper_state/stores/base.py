@@ -148,3 +148,5 @@ class StoreType:
     extra: str | None = None
     #: Meltano's names for some settings, where they differ from ours: ``{meltano: ours}``.
     meltano_aliases: Mapping[str, str] = field(default_factory=dict)
+    #: Environment variables the store's SDK reads secrets from, hidden like secret settings.
+    secret_env_vars: tuple[str, ...] = ()

@@ -11,6 +11,8 @@ its first attempt had landed, and listing follows continuation tokens.
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import ClassVar, TypeVar
 
@@ -50,6 +52,12 @@ class CloudStore:
 
     scheme: ClassVar[str]
 
+    #: Does the service refuse a delete whose ``If-Match`` (generation) does not match?
+    enforces_delete_conditions = True
+    #: Per-attempt timeouts when the budget allows: connecting, and waiting for a reply.
+    connect_timeout = 5.0
+    read_timeout = 30.0
+
     def __init__(
         self,
         bucket: str,
@@ -62,6 +70,7 @@ class CloudStore:
         self.prefix = join_key(*prefix.split("/"))
         self.retry_deadline_seconds = retry_deadline_seconds
         self.page_size = page_size  # keys per list request; None: the service's default
+        self._deadline = threading.local()
 
     @property
     def display_uri(self) -> str:
@@ -102,17 +111,36 @@ class CloudStore:
         raise NotImplementedError
 
     # -- written once ---------------------------------------------------------------
+    def budget(self) -> float:
+        """Seconds left for the store call in progress on this thread (its whole deadline
+        when none is): each attempt's timeouts are cut to it, so that retries, connect and
+        read timeouts together never outlast the deadline."""
+        deadline: float | None = getattr(self._deadline, "at", None)
+        if deadline is None:
+            return self.retry_deadline_seconds
+        return max(0.05, deadline - time.monotonic())
+
+    def timeouts(self) -> tuple[float, float]:
+        """``(connect, read)`` timeouts for the next attempt, cut to the budget left."""
+        budget = self.budget()
+        connect = min(self.connect_timeout, budget / 2)
+        return connect, min(self.read_timeout, budget - connect)
+
     def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
         """Run one request with retries; turn a permanent failure into a store error."""
         stats = stats or RetryStats()
         where = self._where(key)
+        outer = getattr(self._deadline, "at", None)  # a call made while handling another one
+        self._deadline.at = time.monotonic() + self.retry_deadline_seconds
+        if outer is not None:
+            self._deadline.at = min(self._deadline.at, outer)
         try:
             return retrying(
                 fn,
                 is_transient=self._is_transient,
                 what=f"{op} {where}",
                 stats=stats,
-                deadline_seconds=self.retry_deadline_seconds,
+                deadline_seconds=self._deadline.at - time.monotonic(),
             )
         except StoreError:
             raise
@@ -121,6 +149,8 @@ class CloudStore:
             if error is None:
                 raise
             raise error from None
+        finally:
+            self._deadline.at = outer
 
     def _conditional_write(self, op: str, key: str, data: bytes, write: Callable[[], str]) -> str:
         """Run a conditional upload; a refusal after a retry may be our own first attempt."""

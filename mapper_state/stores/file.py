@@ -39,6 +39,8 @@ def _version(st: os.stat_result, data: bytes) -> str:
 class FileStore:
     """A directory tree: key ``a/b/state.json`` is the file ``<root>/a/b/state.json``."""
 
+    enforces_delete_conditions = True
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
 

@@ -2,7 +2,9 @@
 
 ``memory://NAME`` names one store shared by everything in the process.
 ``memory://NAME?ignore_conditions=true`` behaves like an S3-compatible store that
-accepts but ignores conditional headers: the case ``doctor`` must catch.
+accepts but ignores conditional headers: the case ``doctor`` must catch;
+``?ignore_delete_conditions=true`` only ignores them on deletes (MinIO, Ceph RGW,
+fake-gcs-server), where release must not rely on them.
 ``memory://NAME?latency_ms=500`` makes every request take that long, so the
 benchmarks can show that a slow store does not slow the stream.
 """
@@ -26,10 +28,16 @@ class MemoryStore:
     """A dict of key to (bytes, version) behind a lock."""
 
     def __init__(
-        self, name: str = "", *, ignore_conditions: bool = False, latency: float = 0.0
+        self,
+        name: str = "",
+        *,
+        ignore_conditions: bool = False,
+        ignore_delete_conditions: bool = False,
+        latency: float = 0.0,
     ) -> None:
         self.name = name
         self.ignore_conditions = ignore_conditions
+        self.ignore_delete_conditions = ignore_delete_conditions or ignore_conditions
         self.latency = latency
         self._objects: dict[str, Blob] = {}
         self._lock = threading.Lock()
@@ -39,6 +47,10 @@ class MemoryStore:
     @property
     def display_uri(self) -> str:
         return f"memory://{self.name}"
+
+    @property
+    def enforces_delete_conditions(self) -> bool:
+        return not self.ignore_delete_conditions
 
     def _wait(self) -> None:
         if self.latency:
@@ -81,7 +93,7 @@ class MemoryStore:
             current = self._objects.get(key)
             if (
                 if_version is not None
-                and not self.ignore_conditions
+                and not self.ignore_delete_conditions
                 and (current is None or current.version != if_version)
             ):
                 raise PreconditionFailed(f"{key} changed since version {if_version}")
@@ -98,12 +110,21 @@ class MemoryStore:
 def from_uri(location: str, options: Mapping[str, Any]) -> MemoryStore:
     name, _, query = location.partition("?")
     params = parse_qs(query)
-    ignore = params.get("ignore_conditions", ["false"])[-1].lower() in ("1", "true", "yes")
+
+    def flag(name: str) -> bool:
+        return params.get(name, ["false"])[-1].lower() in ("1", "true", "yes")
+
+    ignore = flag("ignore_conditions")
     latency = float(params.get("latency_ms", ["0"])[-1]) / 1000
     with _REGISTRY_LOCK:
         store = _STORES.get(location)
         if store is None:
-            store = _STORES[location] = MemoryStore(name, ignore_conditions=ignore, latency=latency)
+            store = _STORES[location] = MemoryStore(
+                name,
+                ignore_conditions=ignore,
+                ignore_delete_conditions=flag("ignore_delete_conditions"),
+                latency=latency,
+            )
         return store
 
 

@@ -304,17 +304,33 @@ class Store:
     read: Any = field(repr=False)  # (key relative to the store's root) -> bytes | None
 
     def document(self, state_id: str) -> Any:
-        """The stored ``state.json`` document (Meltano's layout), read straight from the store."""
+        """Meltano's part of the stored ``state.json``, read straight from the store.
+
+        A write of mapper-state's also carries a ``mapper_state`` writer record (serial,
+        run ID), which Meltano ignores; it is checked here and left out.
+        """
         data = self.read(f"{state_id}/state.json")
-        return None if data is None else json.loads(data)
+        if data is None:
+            return None
+        doc = json.loads(data)
+        writer = doc.pop("mapper_state", None)
+        assert writer is None or (writer["serial"] >= 1 and writer["run_id"]), writer
+        return doc
 
     def lease(self, state_id: str) -> dict[str, Any] | None:
-        """The lease record beside the state, or None when no lease is held."""
+        """The lease record beside the state, or None when no lease is held.
+
+        On a store not known to enforce delete conditions a released lease stays as a
+        record marked released: that is no lease held either.
+        """
         data = self.read(f"{state_id}/{LEASE_FILE}")
         try:
-            return None if data is None else json.loads(data)
+            record = None if data is None else json.loads(data)
         except ValueError:  # caught while being replaced
             return None
+        if record is not None and record.get("status", "held") != "held":
+            return None
+        return record
 
 
 def _local_store(root: Path) -> Store:

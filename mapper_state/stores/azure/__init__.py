@@ -11,6 +11,7 @@ STORE = StoreType(
     opener="mapper_state.stores.azure.store:from_uri",
     description="`azure://container/prefix`: Azure Blob Storage, through azure-storage-blob.",
     extra="azure",
+    secret_env_vars=("AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET", "AZURE_STORAGE_KEY"),
     settings=(
         SettingSpec("connection_string", "string", "Azure Storage connection string.", secret=True),
         SettingSpec(

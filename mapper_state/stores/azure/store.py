@@ -96,6 +96,11 @@ class AzureBlobStore(CloudStore):
             return StoreError(f"Azure {op} of {where} failed: {type(exc).__name__}")
         return None
 
+    def _per_call(self) -> dict[str, Any]:
+        """This attempt's transport timeouts, cut to the budget left."""
+        connect, read = self.timeouts()
+        return {"connection_timeout": connect, "read_timeout": read}
+
     def _missing_container(self) -> StoreError:
         name = self.container.container_name
         return StoreError(f"Azure container {name!r} does not exist ({self.display_uri})")
@@ -105,7 +110,7 @@ class AzureBlobStore(CloudStore):
 
         def upload() -> str:
             try:
-                return str(blob.upload_blob(data, **conditions)["etag"])
+                return str(blob.upload_blob(data, **conditions, **self._per_call())["etag"])
             except (ResourceExistsError, ResourceModifiedError):
                 raise PreconditionFailed(f"{self.display_uri}/{key} changed or exists") from None
             except ResourceNotFoundError as exc:
@@ -121,7 +126,7 @@ class AzureBlobStore(CloudStore):
 
         def download() -> Blob | None:
             try:
-                downloader = blob.download_blob()
+                downloader = blob.download_blob(**self._per_call())
                 data = downloader.readall()
             except ResourceNotFoundError as exc:
                 if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
@@ -152,7 +157,7 @@ class AzureBlobStore(CloudStore):
 
         def delete() -> None:
             try:
-                blob.delete_blob(**conditions)
+                blob.delete_blob(**conditions, **self._per_call())
             except ResourceModifiedError:
                 raise PreconditionFailed(f"{self.display_uri}/{key} changed") from None
             except ResourceNotFoundError as exc:
@@ -165,7 +170,7 @@ class AzureBlobStore(CloudStore):
 
     def _list_page(self, prefix: str, token: str | None) -> Page:
         pages = self.container.list_blobs(
-            name_starts_with=prefix, results_per_page=self.page_size
+            name_starts_with=prefix, results_per_page=self.page_size, **self._per_call()
         ).by_page(continuation_token=token)
         names = [item.name for item in next(pages, [])]
         # by_page() is typed as a plain iterator; at run time it is a PageIterator

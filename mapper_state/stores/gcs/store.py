@@ -38,7 +38,6 @@ from mapper_state.stores.retry import RetryStats
 
 _SETTING = "state_backend.gcs."
 _SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
-_TIMEOUT = (5, 30)  # connect, read
 
 
 class _ReplacedWhileReading(Exception):
@@ -75,6 +74,8 @@ class GcsStore(CloudStore):
         self, client: storage.Client, bucket: str, prefix: str = "", **kwargs: Any
     ) -> None:
         super().__init__(bucket, prefix, **kwargs)
+        # an emulator may ignore delete preconditions (fake-gcs-server does): release by CAS
+        self.enforces_delete_conditions = not _emulator_host()
         self.client = client
         self.bucket = client.bucket(bucket)
         self._bucket_seen = False
@@ -115,7 +116,7 @@ class GcsStore(CloudStore):
         """GCS answers 404 alike for a missing object and a missing bucket: ask once."""
         if not self._bucket_seen:
             self._bucket_seen = self._call(
-                "check bucket", "", lambda: self.bucket.exists(timeout=_TIMEOUT, retry=None)
+                "check bucket", "", lambda: self.bucket.exists(timeout=self.timeouts(), retry=None)
             )
         return self._bucket_seen
 
@@ -133,7 +134,7 @@ class GcsStore(CloudStore):
                     data,
                     content_type="application/octet-stream",
                     if_generation_match=generation,
-                    timeout=_TIMEOUT,
+                    timeout=self.timeouts(),
                     retry=None,
                 )
             except api.PreconditionFailed:
@@ -148,15 +149,15 @@ class GcsStore(CloudStore):
 
         def download() -> Blob | None:
             try:
-                data = blob.download_as_bytes(timeout=_TIMEOUT, retry=None)
+                data = blob.download_as_bytes(timeout=self.timeouts(), retry=None)
                 generation = blob.generation
                 if generation is None:
                     # GCS sends x-goog-generation with the bytes; some emulators do not. Ask
                     # for it, then fetch the bytes of exactly that generation.
-                    blob.reload(timeout=_TIMEOUT, retry=None)
+                    blob.reload(timeout=self.timeouts(), retry=None)
                     generation = blob.generation
                     data = blob.download_as_bytes(
-                        if_generation_match=generation, timeout=_TIMEOUT, retry=None
+                        if_generation_match=generation, timeout=self.timeouts(), retry=None
                     )
             except api.NotFound:
                 if self._bucket_exists():
@@ -186,7 +187,7 @@ class GcsStore(CloudStore):
 
         def delete() -> None:
             try:
-                blob.delete(if_generation_match=generation, timeout=_TIMEOUT, retry=None)
+                blob.delete(if_generation_match=generation, timeout=self.timeouts(), retry=None)
             except api.PreconditionFailed:
                 raise PreconditionFailed(f"{self.display_uri}/{key} changed") from None
             except api.NotFound:
@@ -203,7 +204,7 @@ class GcsStore(CloudStore):
             prefix=prefix,
             page_token=token,
             page_size=self.page_size,
-            timeout=_TIMEOUT,
+            timeout=self.timeouts(),
             retry=None,
         )
         names = [b.name for b in next(blobs.pages, [])]
@@ -271,13 +272,19 @@ def _from_info(info: dict[str, Any]) -> Credentials:
     raise _UnsupportedCredentials(str(kind))
 
 
+def _emulator_host() -> str | None:
+    """``STORAGE_EMULATOR_HOST`` as a URL, as the Google SDK reads it."""
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator and "://" not in emulator:
+        emulator = "http://" + emulator  # "localhost:4443", as some tools write it
+    return emulator or None
+
+
 def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> GcsStore:
     """``bucket/prefix`` with the ``state_backend.gcs.*`` settings by short name."""
     bucket, prefix = split_location(location, "gs")
     credentials, project = _credentials(options)
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    if emulator and "://" not in emulator:
-        emulator = "http://" + emulator  # "localhost:4443", as some tools write it
+    emulator = _emulator_host()
     try:
         if emulator:  # what the SDK does, but fixed now rather than read again later
             client = storage.Client(

@@ -15,6 +15,7 @@ STORE = StoreType(
     opener="mapper_state.stores.s3.store:from_uri",
     description="`s3://bucket/prefix`: AWS S3 or an S3-compatible store, through boto3.",
     extra="s3",
+    secret_env_vars=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"),
     settings=(
         SettingSpec("aws_access_key_id", "string", "AWS access key ID.", secret=True),
         SettingSpec("aws_secret_access_key", "string", "AWS secret access key.", secret=True),

@@ -4,7 +4,11 @@
 ``PutObject`` with ``If-None-Match: *``, replace is ``PutObject`` with ``If-Match:
 <ETag>``, a versioned delete is ``DeleteObject`` with ``If-Match``. Some
 S3-compatible stores accept these headers and ignore them; ``mapper-state doctor``
-detects that.
+detects that. Some ignore ``If-Match`` on deletes only (MinIO, Ceph RGW): an
+endpoint other than AWS is not taken to enforce it, so its leases are released by
+compare-and-swap. Ceph RGW matches ``If-Match`` only against the ETag without its
+quotes: a replace refused while the object is still at the version given is retried
+unquoted, and the store remembers it for the endpoint (AWS is never second-guessed).
 
 Versions are ETags. For a plain upload S3's ETag is the MD5 of the content, so
 writing the very same bytes again keeps the same version: a compare-and-swap
@@ -15,7 +19,8 @@ harmless because its content is the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import boto3
@@ -50,6 +55,9 @@ _DENIED_CODES = {
     "AllAccessDisabled",
     "403",
 }
+#: How long one attempt of each client may take (connecting, then reading); an attempt uses
+#: the longest that fits the budget left.
+_TIMEOUT_LADDER = (30.0, 10.0, 5.0, 2.0, 1.0, 0.5, 0.25)
 _THROTTLE_CODES = {
     "SlowDown",
     "Throttling",
@@ -94,13 +102,38 @@ class S3Store(CloudStore):
         *,
         write_args: Mapping[str, str] | None = None,
         endpoint: str | None = None,
+        client_for_timeout: Callable[[float], Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(bucket, prefix, **kwargs)
-        self.client = client
+        self._default_client = client
+        self._client_for_timeout = client_for_timeout
+        self._clients: dict[float, Any] = {}
+        self._clients_lock = threading.Lock()
         self.bucket = bucket
         self.write_args = dict(write_args or {})
         self.endpoint = endpoint or "AWS S3"
+        # AWS refuses a DeleteObject whose If-Match does not match; S3-compatible stores
+        # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
+        self.endpoint_is_aws = endpoint is None
+        self.enforces_delete_conditions = endpoint is None
+        #: Measured on the first refused replace: this endpoint wants If-Match unquoted.
+        self.unquoted_etags = False
+
+    @property
+    def client(self) -> Any:
+        """A client whose timeouts fit the budget left: botocore fixes them per client, so
+        there is one client per rung of :data:`_TIMEOUT_LADDER`, made when first needed."""
+        if self._client_for_timeout is None:
+            return self._default_client
+        budget = self.budget()
+        rung = next((t for t in _TIMEOUT_LADDER if t <= budget), _TIMEOUT_LADDER[-1])
+        if rung >= self.read_timeout:
+            return self._default_client
+        with self._clients_lock:
+            if rung not in self._clients:
+                self._clients[rung] = self._client_for_timeout(rung)
+            return self._clients[rung]
 
     def _is_transient(self, exc: BaseException) -> bool:
         return _is_transient(exc)
@@ -191,12 +224,27 @@ class S3Store(CloudStore):
     def create(self, key: str, data: bytes) -> str:
         return self._put("create", key, data, {"IfNoneMatch": "*"})
 
+    def _if_match(self, version: str) -> str:
+        return version.strip('"') if self.unquoted_etags else version
+
     def replace(self, key: str, data: bytes, if_version: str) -> str:
-        return self._put("replace", key, data, {"IfMatch": if_version})
+        try:
+            return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
+        except PreconditionFailed:
+            if self.unquoted_etags or self.endpoint_is_aws or not if_version.startswith('"'):
+                raise
+            # Ceph RGW compares If-Match with its stored ETag, which has no quotes, and so
+            # refuses the ETag exactly as S3 returned it. If the object is still at our
+            # version, the refusal was that: from now on send ETags unquoted here.
+            current = self.read(key)
+            if current is None or current.version.strip('"') != if_version.strip('"'):
+                raise
+            self.unquoted_etags = True
+            return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
 
     def delete(self, key: str, if_version: str | None = None) -> None:
         full = self._key(key)
-        condition = {"IfMatch": if_version} if if_version is not None else {}
+        condition = {"IfMatch": self._if_match(if_version)} if if_version is not None else {}
 
         def delete() -> None:
             try:
@@ -251,15 +299,18 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
     checksums: Literal["when_required", "when_supported"] = (
         "when_required" if endpoint else "when_supported"  # some S3-compatibles refuse them
     )
-    config = Config(
-        # one retry layer: the store's own, within its deadline
-        retries={"mode": "standard", "total_max_attempts": 1},
-        connect_timeout=5,
-        read_timeout=30,
-        user_agent_extra="mapper-state",
-        request_checksum_calculation=checksums,
-        response_checksum_validation=checksums,
-    )
+
+    def config(attempt_seconds: float) -> Config:
+        return Config(
+            # one retry layer: the store's own, within its deadline
+            retries={"mode": "standard", "total_max_attempts": 1},
+            connect_timeout=min(5.0, attempt_seconds / 2),
+            read_timeout=attempt_seconds if attempt_seconds >= 30 else attempt_seconds / 2,
+            user_agent_extra="mapper-state",
+            request_checksum_calculation=checksums,
+            response_checksum_validation=checksums,
+        )
+
     credentials = _credentials(options)
     session = boto3.session.Session(
         aws_access_key_id=credentials.get("aws_access_key_id"),
@@ -267,7 +318,16 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
         aws_session_token=credentials.get("aws_session_token"),
         region_name=options.get("region") or None,
     )
-    client = session.client("s3", endpoint_url=endpoint, config=config)
+
+    def client_for_timeout(attempt_seconds: float) -> Any:
+        return session.client("s3", endpoint_url=endpoint, config=config(attempt_seconds))
+
     return S3Store(
-        client, bucket, prefix, write_args=_write_args(options), endpoint=endpoint, **kwargs
+        client_for_timeout(30.0),
+        bucket,
+        prefix,
+        write_args=_write_args(options),
+        endpoint=endpoint,
+        client_for_timeout=client_for_timeout,
+        **kwargs,
     )

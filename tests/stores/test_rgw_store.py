@@ -1,0 +1,93 @@
+"""The S3 store against Ceph's RADOS Gateway, a second real S3 server beside moto.
+
+RGW refuses a quoted ETag in ``If-Match`` and ignores ``If-Match`` on deletes
+(tests/test_rgw_server.py pins both). The same contract suites run here unchanged,
+and the CLI works end to end: ``doctor`` passes and says how it copes, a run renews
+its lease, and an expired lease is taken over.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from mapper_state.core.lease import read_lease
+from mapper_state.stores.base import BlobStore
+from tests.contract.lease_contract import LeaseContract
+from tests.contract.store_contract import StoreContract
+from tests.helpers import MAPPER, clean_env, run_cli, spawn_cli
+from tests.servers import StoreLocation
+
+pytestmark = pytest.mark.cloud
+STATE = b'{"type": "STATE", "value": {"bookmarks": {"t": {"id": %d}}}}\n'
+
+
+class TestRgwStore(StoreContract, LeaseContract):
+    @pytest.fixture
+    def store(self, rgw_location: StoreLocation) -> BlobStore:
+        return rgw_location.open()
+
+    @pytest.fixture
+    def second_client(self, rgw_location: StoreLocation) -> BlobStore:
+        return rgw_location.open()
+
+
+def test_doctor_passes_and_says_how_it_copes(rgw_location: StoreLocation) -> None:
+    result = run_cli("doctor", "--format", "json", env=clean_env(**rgw_location.env))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "safe"
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["create-if-absent"]["status"] == "ok"
+    assert checks["compare-and-swap"]["status"] == "ok"
+    assert "without the quotes" in checks["compare-and-swap"]["detail"]
+    assert "condition is ignored" in checks["conditional delete"]["detail"]
+    assert "compare-and-swap to a released lease record" in checks["release"]["detail"]
+
+
+def test_a_long_run_renews_and_an_expired_lease_is_taken_over(
+    rgw_location: StoreLocation,
+) -> None:
+    env = clean_env(**rgw_location.env)
+    ttl = ["--lock-timeout-seconds", "1.5", "--checkpoint-interval-seconds", "0"]
+    holder = spawn_cli("--state-id", "rgw", *ttl, env=env)
+    assert holder.stdin is not None
+    holder.stdin.write(STATE % 1)
+    holder.stdin.flush()
+    time.sleep(4)  # several renewals, each a compare-and-swap with an unquoted ETag
+    busy = run_cli("--state-id", "rgw", input=STATE % 9, env=env)
+    assert busy.returncode == 3, busy.stderr
+    out, err = holder.communicate(STATE % 2, timeout=60)
+    assert holder.returncode == 0, err
+    assert out == STATE % 1 + STATE % 2
+    got = run_cli("state", "get", "rgw", env=env)
+    assert json.loads(got.stdout) == {"bookmarks": {"t": {"id": 2}}}
+
+    # a holder SIGKILLed mid-run: its lease expires and the next run takes it over
+    crashed = spawn_cli("--state-id", "rgw", *ttl, env=env, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        record, _ = read_lease(rgw_location.open(), "rgw")
+        if record is not None and record.held:
+            break
+        time.sleep(0.05)
+    crashed.kill()
+    crashed.wait()
+    time.sleep(3.5)  # past the TTL and the skew allowance
+    taker = run_cli("--state-id", "rgw", *ttl, input=STATE % 3, env=env)
+    assert taker.returncode == 0, taker.stderr
+    assert json.loads(run_cli("state", "get", "rgw", env=env).stdout) == {
+        "bookmarks": {"t": {"id": 3}}
+    }
+    set_ = run_cli("state", "set", "rgw", '{"bookmarks": {}}', env=env)
+    assert set_.returncode == 0, set_.stderr
+    status = subprocess.run(
+        [MAPPER, "lock", "status", "rgw", "--format", "json"],
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+    assert json.loads(status.stdout)["status"] == "free"
