@@ -86,10 +86,17 @@ def table(section: Section) -> str:
 
 
 def markdown(
-    sections: list[Section], pictures: list[str], image: Callable[[str], str], machine: str
+    sections: list[Section],
+    pictures: list[str],
+    image: Callable[[str], str],
+    machine: str,
+    failed: dict[str, str],
 ) -> str:
     """Every section's table and notes, then the pictures (``image`` gives each one's path)."""
     parts = [machine, ""]
+    if failed:
+        parts += [f"**Failed in this run:** `{name}`: {error}" for name, error in failed.items()]
+        parts.append("")
     for s in sections:
         parts += [f"#### {s.title}", "", table(s), ""]
         parts += [f"- {note}" for note in s.notes]
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             pictures.append(picture)
     seconds = time.perf_counter() - started
     machine = machine_line(scale, seconds, (load_start, os.getloadavg()[0]))
-    text = markdown(done, pictures, lambda p: p, machine)
+    text = markdown(done, pictures, lambda p: p, machine, failed)
     (out / "scoreboard.md").write_text(text)
     (out / "summary.json").write_text(
         json.dumps(
@@ -215,13 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     print(f"results in {out} ({seconds / 60:.1f} min)", file=sys.stderr)
+    if args.publish:  # a failed section is published as failed, not left out silently
+        readme_text = markdown(done, pictures, lambda p: f"docs/images/bench-{p}", machine, failed)
+        publish(readme_text, out, pictures)
     if failed:
         for name, error in failed.items():
             print(f"bench: section {name} failed: {error}", file=sys.stderr)
         return 1
-    if args.publish:
-        readme_text = markdown(done, pictures, lambda p: f"docs/images/bench-{p}", machine)
-        publish(readme_text, out, pictures)
     return 0
 
 
