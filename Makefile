@@ -48,8 +48,10 @@ chaos: setup tools
 	  $(BIN)/pytest -q -p no:cacheprovider -m chaos --timeout 3600 tests/chaos
 	$(BIN)/python -m tests.chaos.report $(CHAOS_REPORT)
 
+# The scoreboard (benchmarks/run.py): BENCH_TEN_MILLION=1 adds a 10M-line stream,
+# BENCH_ARGS="--publish" also refreshes the README's figures and docs/images/.
 bench: setup tools
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
