@@ -30,6 +30,25 @@ class _Main(click.Group):
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("mapper-state", "[OPTIONS] | COMMAND [ARGS]...")
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Like click's, but a usage error is one line on stderr (exit 2), as every error is."""
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        try:
+            kwargs["standalone_mode"] = False
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("mapper-state: error: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            message = " ".join(exc.format_message().split())
+            click.echo(f"mapper-state: error: {message}{where}", err=True)
+            sys.exit(exc.exit_code)
+
 
 @click.group(
     cls=_Main, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}

@@ -26,6 +26,7 @@ from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 STATE_FILE = "state.json"
 WRITER_KEY = "mapper_state"
 MAX_STATE_ID_LENGTH = 512
+MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
 RESERVED_PREFIX = ".mapper-state"  # doctor's scratch objects live under such names
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
@@ -43,6 +44,11 @@ def validate_state_id(state_id: str | None) -> str:
         raise InvalidStateId(f"state ID {shown} must not start or end with '/'")
     if any(part in ("", ".", "..") for part in state_id.split("/")):
         raise InvalidStateId(f"state ID {shown} contains an empty, '.' or '..' path segment")
+    if any(len(part.encode()) > MAX_SEGMENT_BYTES for part in state_id.split("/")):
+        raise InvalidStateId(
+            f"state ID {shown} has a part between '/' longer than {MAX_SEGMENT_BYTES} bytes "
+            "(too long for a file name)"
+        )
     if state_id != state_id.strip():
         raise InvalidStateId(f"state ID {shown} has leading or trailing spaces")
     if state_id.startswith(RESERVED_PREFIX):

@@ -66,7 +66,15 @@ class FileStore:
 
     def _mkdirs(self, directory: Path) -> None:
         try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            missing = []
+            for parent in (directory, *directory.parents):
+                if parent.exists():
+                    break
+                missing.append(parent)
+            for parent in reversed(missing):  # each one 0700, not only the last (umask aside)
+                with contextlib.suppress(FileExistsError):
+                    parent.mkdir(mode=0o700)
+                os.chmod(parent, 0o700)
         except PermissionError as exc:
             raise StoreAccessDenied(f"cannot create {directory}: permission denied") from exc
         except OSError as exc:
