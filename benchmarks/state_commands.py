@@ -11,8 +11,8 @@ Meltano's ``state list`` and ``state export`` on the same bucket too.
 
     .venv/bin/python benchmarks/state_commands.py --ids 5000 --snapshots 5 --meltano
 
-``--mapper "python -c ..."`` runs another mapper-state (e.g. an older checkout on
-``PYTHONPATH``) against the same bucket, for before/after figures. The "moto CPU"
+``--mapper "before=python -c ..."`` also runs another mapper-state (e.g. an older
+checkout on ``PYTHONPATH``) against the same bucket, for before/after figures. The "moto CPU"
 column is the CPU time moto spent serving the command: moto answers from one Python
 process (and dispatches each request under one lock), so it bounds how much a
 client's concurrency can gain on this emulator.
@@ -182,20 +182,18 @@ def timed(
 def scenarios(
     args: argparse.Namespace, endpoint: str, counts: Counting
 ) -> Iterator[dict[str, Any]]:
-    mapper = shlex.split(args.mapper) if args.mapper else [str(BIN / "mapper-state")]
+    mappers = [("mapper-state", [str(BIN / "mapper-state")])]
+    for given in args.mapper or ():
+        label, _, command = given.partition("=")
+        mappers.append((label, shlex.split(command)))
     env = env_for(endpoint)
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
-        yield timed("mapper-state state list", [*mapper, "state", "list"], env, cwd, counts)
-        yield timed("mapper-state state export", [*mapper, "state", "export"], env, cwd, counts)
-        if args.long:
-            yield timed(
-                "mapper-state state list --long",
-                [*mapper, "state", "list", "--long"],
-                env,
-                cwd,
-                counts,
-            )
+        for label, mapper in mappers:
+            for what in (["list"], ["export"], *([["list", "--long"]] if args.long else [])):
+                yield timed(
+                    f"{label} state {' '.join(what)}", [*mapper, "state", *what], env, cwd, counts
+                )
         if args.meltano and MELTANO.exists():
             project = meltano_project(endpoint, cwd)
             menv = {
@@ -218,7 +216,12 @@ def main() -> None:
     parser.add_argument("--ids", type=int, default=5000)
     parser.add_argument("--snapshots", type=int, default=5)
     parser.add_argument("--history-place", choices=["new", "old"], default="new")
-    parser.add_argument("--mapper", help="the mapper-state command line to measure")
+    parser.add_argument(
+        "--mapper",
+        action="append",
+        metavar="LABEL=COMMAND",
+        help="also measure another mapper-state command line (repeatable)",
+    )
     parser.add_argument("--long", action="store_true", help="also time `state list --long`")
     parser.add_argument("--meltano", action="store_true", help="also time Meltano's commands")
     args = parser.parse_args()
