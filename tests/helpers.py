@@ -202,3 +202,15 @@ class StoreCli:
     def set(self, state_id: str, value: Any) -> None:
         result = self("state", "set", state_id, json.dumps(value))
         assert result.returncode == 0, result.stderr
+
+    def open_store(self) -> Any:
+        """A store client on the same store, to arrange what another writer would leave."""
+        from mapper_state.stores import open_store
+
+        uri = self.env["MAPPER_STATE_STATE_BACKEND__URI"]
+        options: dict[str, dict[str, str]] = {}
+        for key, value in self.env.items():
+            if key.startswith("MAPPER_STATE_STATE_BACKEND__") and key.count("__") == 2:
+                _, section, name = key.split("__")
+                options.setdefault(section.lower(), {})[name.lower()] = value
+        return open_store(uri, options)

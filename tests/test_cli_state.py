@@ -204,6 +204,8 @@ def test_list_shows_state_ids_only(tmp_path: Path) -> None:
         ("clear", "--all", "--yes"),
         ("import", "--force"),
         ("rollback", "job", "--to", "2"),
+        ("set", "job", "--stream", "users", '{"x": 1}'),
+        ("clear", "job", "--stream", "users"),
     ],
 )
 def test_writes_fail_while_a_run_holds_the_lease(tmp_path: Path, args: tuple[str, ...]) -> None:

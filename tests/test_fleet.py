@@ -14,26 +14,16 @@ import pytest
 
 from mapper_state.core.lease import Lease
 from mapper_state.ops import fleet
-from mapper_state.stores import open_store
 from tests.conftest import ON_BOTH
 from tests.helpers import StoreCli, state_line
 
 MELTANO_DOC = {"completed": {"singer_state": {"bookmarks": {"s": {"id": 1}}}}, "partial": {}}
 
 
-def open_same_store(cli: StoreCli):  # type: ignore[no-untyped-def]
-    """A store client on what ``cli`` uses, to arrange what another writer would leave."""
-    env = cli.env
-    uri = env["MAPPER_STATE_STATE_BACKEND__URI"]
-    prefix = "MAPPER_STATE_STATE_BACKEND__S3__"
-    options = {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}
-    return open_store(uri, {"s3": options})
-
-
 @pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)
 def test_list_long_shows_writer_age_lease_and_snapshots(store_cli: StoreCli) -> None:
     cli = store_cli
-    store = open_same_store(cli)
+    store = cli.open_store()
     run = cli("--state-id", "dev:a", input=state_line({"bookmarks": {"s": {"id": 5}}}))
     assert run.returncode == 0, run.stderr
     cli.set("dev:a", {"bookmarks": {"s": {"id": 6}}})  # an operator write after the run

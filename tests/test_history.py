@@ -15,6 +15,8 @@ from mapper_state.ops import commands as ops
 from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
+from tests.conftest import ON_BOTH
+from tests.helpers import StoreCli
 from tests.helpers import on_store as mapper
 from tests.servers import StoreLocation
 
@@ -199,24 +201,31 @@ def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFix
 # -- where the history lives ---------------------------------------------------------
 
 
-def test_history_survives_the_state_folder_being_deleted(tmp_path: Path) -> None:
-    """`meltano state clear ID` on the local store deletes `<ID>/` whole: the history is elsewhere."""
-    store = FileStore(tmp_path)
-    ops.set_state(store, "dev:tap-to-target", bookmarks(users=1), GUARD)
-    ops.set_state(store, "dev:tap-to-target", bookmarks(users=2), GUARD)
+@pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)
+def test_history_survives_the_state_folder_being_deleted(store_cli: StoreCli) -> None:
+    """`meltano state clear ID` on the local store deletes `<ID>/` whole: the history is
+    elsewhere (on S3, every object under `<ID>/` is deleted here, more than Meltano does)."""
+    cli = store_cli
+    cli.set("dev:tap-to-target", bookmarks(users=1))
+    cli.set("dev:tap-to-target", bookmarks(users=2))
+    store = cli.open_store()
     good = history.snapshot_names(store, "dev:tap-to-target")[-1]
-    shutil.rmtree(tmp_path / "dev:tap-to-target")  # what Meltano's local backend does
+    if cli.name == "local":
+        shutil.rmtree(Path(store.root) / "dev:tap-to-target")  # what Meltano's backend does
+    else:
+        for key in list(store.list("dev:tap-to-target/")):
+            store.delete(key)
+    assert cli.get("dev:tap-to-target") is None
 
-    listed = mapper(tmp_path, "state", "history", "dev:tap-to-target")
+    listed = cli("state", "history", "dev:tap-to-target")
     assert listed.returncode == 0, listed.stderr
     assert (
         "2 snapshots" in listed.stdout.decode() and "it has no state now" in listed.stdout.decode()
     )
-    assert mapper(tmp_path, "state", "list").stdout == b""  # the history is not a state
-    back = mapper(tmp_path, "state", "rollback", "dev:tap-to-target", "--to", good)
+    assert cli("state", "list").stdout == b""  # the history is not a state
+    back = cli("state", "rollback", "dev:tap-to-target", "--to", good)
     assert back.returncode == 0, back.stderr
-    got = mapper(tmp_path, "state", "get", "dev:tap-to-target")
-    assert json.loads(got.stdout) == bookmarks(users=2)
+    assert cli.get("dev:tap-to-target") == bookmarks(users=2)
 
 
 def test_history_in_the_old_place_is_read_and_moved_on_the_next_write() -> None:
