@@ -38,6 +38,7 @@ BUCKET = "bench-fleet"
 PREFIX = "fleet"
 BUSY = 3  # the documented exit code of a busy lease
 TIMEOUT = 900.0
+DOCUMENTED = (4, 5)  # lease lost, store error: outcomes to report, not bugs
 TTL = "120"  # seconds: lock_timeout_seconds of the replicas
 
 
@@ -133,9 +134,11 @@ def _drive(
         settled_at = time.perf_counter() - started
         for r in fleet:  # the holders get their streams
             assert r.proc.stdin is not None
-            if r.proc.returncode is None:
-                r.proc.stdin.write(stream(r.pipeline))
-            r.proc.stdin.close()
+            # a holder that has died since (its exit code tells why) refuses its input
+            with contextlib.suppress(BrokenPipeError):
+                if r.proc.returncode is None:
+                    r.proc.stdin.write(stream(r.pipeline))
+                r.proc.stdin.close()
         _wait(lambda: all(r.poll() is not None for r in fleet), "the holders did not end", deadline)
         total = time.perf_counter() - started
     finally:
@@ -158,16 +161,21 @@ def _report(
     codes = Counter(r.proc.returncode for r in fleet)
     worked = Counter(r.pipeline for r in fleet if r.proc.returncode == 0)
     refused = [r for r in fleet if r.proc.returncode == BUSY]
+    # documented outcomes other than working or refused (a store too slow to answer
+    # under the load: exit 5) are reported; anything else is a bug
     failed = [r for r in fleet if r.proc.returncode not in (0, BUSY)]
-    if failed:
+    unexpected = [r for r in failed if r.proc.returncode not in DOCUMENTED]
+    if unexpected:
         raise BenchError(
-            f"fleet: {len(failed)} replicas failed (exit codes {dict(codes)}), e.g.:\n"
-            f"{failed[0].message()}"
+            f"fleet: {len(unexpected)} replicas failed (exit codes {dict(codes)}), e.g.:\n"
+            f"{unexpected[0].message()}"
         )
     unnamed = [r for r in refused if "busy" not in r.message()]
     if unnamed:
         raise BenchError(f"fleet: a refusal without the holder:\n{unnamed[0].message()}")
     for name in names:
+        if worked[name] != 1:
+            continue
         stored = wire.stored_state(BUCKET, f"{PREFIX}/{name}/state.json")
         if stored != {"bookmarks": {"events": {"id": 10, "by": name}}}:
             raise BenchError(f"fleet: {name} holds {stored}")
@@ -183,6 +191,8 @@ def _report(
         "pipelines_with_exactly_one_run": sum(1 for n in names if worked[n] == 1),
         "pipelines_with_more_than_one_run": sum(1 for n in names if worked[n] > 1),
         "refused": len(refused),
+        "other_outcomes": [r.message().splitlines()[-1] for r in failed][:10],
+        "pipelines_with_no_run": sum(1 for n in names if worked[n] == 0),
         "requests_total": len(log),
         "requests_outside_a_pipeline": stray,
         "requests_per_pipeline": {
@@ -217,6 +227,16 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
             "",
             "exactly one run per pipeline",
             exact == p and data["refused"] == p * (n - 1),
+        ),
+        Row(
+            "replicas that ended otherwise (exit code: count)",
+            ", ".join(f"{k}: {v}" for k, v in data["exit_codes"].items() if k not in ("0", "3"))
+            or "none",
+            f"{data['pipelines_with_more_than_one_run']} pipelines ran twice, "
+            f"{data['pipelines_with_no_run']} not at all",
+            (data["other_outcomes"] or [""])[0][:160],
+            "no pipeline runs twice",
+            data["pipelines_with_more_than_one_run"] == 0,
         ),
         Row(
             "requests per pipeline (all its replicas)",

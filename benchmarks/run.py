@@ -5,6 +5,7 @@
     python -m benchmarks.run --scale tiny --out /tmp/b   # the smoke test's sizes
     python -m benchmarks.run --only filter,handover      # some sections only
     python -m benchmarks.run --publish           # also refresh the README's figures
+    python -m benchmarks.run --publish-from DIR  # publish a finished run's results
 
 Sections, each measured side by side with what a user would pick instead:
 
@@ -57,6 +58,7 @@ from benchmarks.common import (
     ROOT,
     SCALES,
     BenchError,
+    Row,
     Scale,
     Section,
     with_ten_million,
@@ -129,6 +131,34 @@ def publish(text_for_readme: str, out: Path, pictures: list[str]) -> None:
     README.write_text(f"{head}{START}\n{text_for_readme}{END}{tail}")
 
 
+def load_section(path: Path) -> Section:
+    """A section as ``main`` wrote it to ``<name>.json``."""
+    saved = json.loads(path.read_text())
+    verdicts = {"yes": True, "**no**": False, "": None}
+    measure, value, reference, ratio, goal, met = HEADER
+    rows = [
+        Row(r[measure], r[value], r[reference], r[ratio], r[goal], verdicts[r[met]])
+        for r in saved["rows"]
+    ]
+    return Section(path.stem, saved["title"], rows, saved["data"], saved["notes"], saved["seconds"])
+
+
+def publish_saved(out: Path) -> int:
+    """Publish a finished run's results from ``out`` without measuring again."""
+    summary = json.loads((out / "summary.json").read_text())
+    sections = [load_section(out / f"{name}.json") for name in summary["sections"]]
+    pictures = list(summary["pictures"])
+    text = markdown(
+        sections,
+        pictures,
+        lambda p: f"docs/images/bench-{p}",
+        summary["machine"],
+        summary["failed"],
+    )
+    publish(text, out, pictures)
+    return 1 if summary["failed"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="default")
@@ -143,7 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help="comma-separated sections: " + ",".join(SECTIONS)
     )
     parser.add_argument("--publish", action="store_true", help="refresh docs/images and README")
+    parser.add_argument(
+        "--publish-from",
+        type=Path,
+        metavar="DIR",
+        help="measure nothing: publish the results a finished run left in DIR",
+    )
     args = parser.parse_args(argv)
+    if args.publish_from:
+        return publish_saved(args.publish_from)
     scale = SCALES[args.scale]
     if args.ten_million:
         scale = with_ten_million(scale)
