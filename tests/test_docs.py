@@ -96,7 +96,10 @@ def test_the_readme_is_the_front_page_and_links_every_page() -> None:
         assert command in readme
     for page in PAGES:
         assert f"{REPO_URL}blob/main/docs/{page}" in readme, page
-    assert len(readme.splitlines()) < 200, "the reference belongs in docs/, not the README"
+    # the front page, plus the scoreboard's published table (between its markers)
+    start, end = readme.index("<!-- scoreboard:start -->"), readme.index("<!-- scoreboard:end -->")
+    front = readme[:start] + readme[end:]
+    assert len(front.splitlines()) < 200, "the reference belongs in docs/, not the README"
 
 
 def _links(path: Path) -> list[str]:
