@@ -74,7 +74,7 @@ def format_time(epoch: float) -> str:
 
 def lost_margin(ttl: float) -> float:
     """How long before its expiry a holder that could not renew calls its lease lost."""
-    return min(2.0, ttl / 10)
+    return min(2.0, ttl / 5)
 
 
 HELD = "held"

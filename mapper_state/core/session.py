@@ -140,7 +140,7 @@ class Session:
         self.lease.stop_heartbeat()
         if self.checkpointer is not None:
             # a write stuck on the store after the lease was lost is fenced: do not wait on it
-            self.checkpointer.abandon(timeout=None if self.lease.lost is None else 1.0)
+            self.checkpointer.abandon(timeout=None if self.lease.lost is None else 0.05)
         self.release()
 
     @property
