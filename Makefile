@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-e2e chaos bench lint format setup tools clean
+.PHONY: demo test test-fast test-e2e test-wheel chaos bench lint format reference dist setup tools clean
 
 $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -35,6 +35,9 @@ test-fast: setup
 test-e2e: setup tools
 	$(BIN)/pytest -q -m e2e
 
+test-wheel: setup tools
+	$(BIN)/pytest -q -m wheel
+
 # The chaos suite at its full budget (tests/chaos/conftest.py): 8 holders x 200 rounds per
 # store, 50 SIGKILL rounds, 2,000 examples per property; the figures go to output/chaos.jsonl
 # and are printed as the README's table. `make test` runs the same suite at a small budget.
@@ -45,18 +48,29 @@ chaos: setup tools
 	  $(BIN)/pytest -q -p no:cacheprovider -m chaos --timeout 3600 tests/chaos
 	$(BIN)/python -m tests.chaos.report $(CHAOS_REPORT)
 
+# The scoreboard (benchmarks/run.py): BENCH_TEN_MILLION=1 adds a 10M-line stream,
+# BENCH_ARGS="--publish" also refreshes the README's figures and docs/images/.
 bench: setup tools
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/gen-reference.py --check
 
 format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# the files generated from the settings declarations: docs/settings.md, the Meltano plugin definition
+reference: setup
+	$(BIN)/python scripts/gen-reference.py
+
+# the sdist and the wheel, in dist/ (what the Dockerfile installs)
+dist: setup
+	uv build --out-dir dist
 
 clean:
 	rm -rf $(VENV) .tools .mapper-state output

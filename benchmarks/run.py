@@ -1,250 +1,236 @@
-"""Benchmarks of SPEC section 5, each as a ratio against a reference run side by side.
+"""The scoreboard: run every benchmark, write the results, draw the pictures.
 
-* throughput: ``cat FILE | X | cat >/dev/null`` with X = ``cat`` and X = ``mapper-state``,
-  on a 1M-line and a 5M-line stream of ~200-byte records with a STATE every 10,000
-  lines; the slope between the two sizes cancels start-up out;
-* peak RSS of mapper-state on the 5M-line stream;
-* start-up: ``mapper-state --version`` and whether any cloud SDK was imported;
-* a store that takes 500 ms per request leaves throughput unchanged;
-* the Singer SDK's no-op mapper ``meltano-map-transform``, when installed under
-  ``.tools/``, on the same arrangement (a smaller stream: it is slow).
+    make bench                                   # python -m benchmarks.run
+    python -m benchmarks.run --ten-million       # also a 10M-line stream (BENCH_TEN_MILLION=1)
+    python -m benchmarks.run --scale tiny --out /tmp/b   # the smoke test's sizes
+    python -m benchmarks.run --only filter,handover      # some sections only
+    python -m benchmarks.run --publish           # also refresh the README's figures
 
-Run with ``make bench``; results print as a Markdown table and go to
-``benchmarks/results/latest.md``.
+Sections, each measured side by side with what a user would pick instead:
+
+=========  ==========================================================================
+filter     throughput and CPU per GB against ``cat`` and ``meltano-map-transform``,
+           stream shapes, peak RSS, a slow store, start-up (``throughput.py``)
+pipeline   tap-sample -> target-jsonl bare, through the filter, with ``run`` and with
+           ``meltano run``; time to first byte (``pipeline.py``)
+handover   a waiting run's first byte after the holder's release (``handover.py``)
+operator   ``state list/get/export`` against ``meltano state list/get`` on buckets of
+           many state IDs (``operator_commands.py``)
+fleet      pipelines x replicas started at once on one bucket (``fleet.py``)
+requests   requests per run on S3 against Meltano's S3 backend (``requests_per_run.py``)
+=========  ==========================================================================
+
+Results go to ``benchmarks/results/`` (regenerated, not committed): ``<section>.json``
+(rows, notes and every raw figure), ``summary.json``, ``scoreboard.md`` (every table) and
+the pictures ``throughput.png``, ``pipeline.png``, ``requests.png``, ``operator.png``.
+``--publish`` copies the pictures to ``docs/images/`` and rewrites the README's figures
+between its ``scoreboard`` markers, so the README's table and pictures always come from
+one run.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import platform
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
-MAP_TRANSFORM = ROOT / ".tools" / "meltano-map-transform" / "bin" / "meltano-map-transform"
-REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
-SIZES = (1_000_000, 5_000_000)
+if __package__ in (None, ""):  # run as a script: make the package importable
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks import (
+    fleet,
+    handover,
+    operator_commands,
+    pipeline,
+    requests_per_run,
+    throughput,
+)
+from benchmarks.common import (
+    ROOT,
+    SCALES,
+    BenchError,
+    Scale,
+    Section,
+    with_ten_million,
+)
+
+Measure = Callable[[Scale, Callable[[str], None]], Section]
+SECTIONS: dict[str, Measure] = {
+    "filter": throughput.measure,
+    "pipeline": pipeline.measure,
+    "handover": handover.measure,
+    "operator": operator_commands.measure,
+    "fleet": fleet.measure,
+    "requests": requests_per_run.measure,
+}
+HEADER = ["measure", "mapper-state", "compared with", "ratio / detail", "goal", "met"]
+README = ROOT / "README.md"
+IMAGES = ROOT / "docs" / "images"
+START, END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
 
 
-def generate(path: Path, lines: int) -> None:
-    """A Singer stream of ~200-byte RECORD lines with a STATE every 10,000 lines."""
-    pad = "x" * 96
-    with path.open("w") as f:
-        f.write(
-            '{"type":"SCHEMA","stream":"events","schema":{"type":"object"},"key_properties":["id"]}\n'
-        )
-        for i in range(1, lines):
-            if i % 10_000 == 0:
-                f.write(
-                    '{"type":"STATE","value":{"bookmarks":{"events":'
-                    f'{{"replication_key":"updated_at","replication_key_value":{i}}}}}}}}}\n'
-                )
-            else:
-                f.write(
-                    f'{{"type":"RECORD","stream":"events","record":{{"id":{i},"name":"{pad}",'
-                    f'"updated_at":"2024-01-01T00:00:00Z"}},"time_extracted":"2024-01-01T00:00:00Z"}}\n'
-                )
+def table(section: Section) -> str:
+    lines = [f"| {' | '.join(HEADER)} |", "|" + "---|" * len(HEADER)]
+    for row in section.rows:
+        cells = [c.replace("|", "\\|") for c in row.cells()]
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
 
 
-def timed_pipeline(
-    src: Path, middle: list[str], cwd: Path, env: dict[str, str]
-) -> tuple[float, int]:
-    """Seconds for ``cat src | middle | cat >/dev/null`` and the middle's peak RSS (KiB)."""
+def markdown(
+    sections: list[Section],
+    pictures: list[str],
+    image: Callable[[str], str],
+    machine: str,
+    failed: dict[str, str],
+) -> str:
+    """Every section's table and notes, then the pictures (``image`` gives each one's path)."""
+    parts = [machine, ""]
+    if failed:
+        parts += [f"**Failed in this run:** `{name}`: {error}" for name, error in failed.items()]
+        parts.append("")
+    for s in sections:
+        parts += [f"#### {s.title}", "", table(s), ""]
+        parts += [f"- {note}" for note in s.notes]
+        if s.notes:
+            parts.append("")
+    parts += [f"![{p.removesuffix('.png')}]({image(p)})" for p in pictures]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def machine_line(scale: Scale, seconds: float, load: tuple[float, float]) -> str:
+    return (
+        f"Measured {datetime.now(UTC):%Y-%m-%d} with `make bench` (scale `{scale.name}`, "
+        f"best of {scale.repeats}) in {seconds / 60:.1f} min on {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; load average {load[0]:.1f} at the start, "
+        f"{load[1]:.1f} at the end (other jobs shared the machine: ratios are side by side, "
+        "absolute figures move between runs)."
+    )
+
+
+def publish(text_for_readme: str, out: Path, pictures: list[str]) -> None:
+    """Copy the pictures to docs/images/ and put the figures between the README's markers."""
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    for name in pictures:
+        shutil.copy(out / name, IMAGES / f"bench-{name}")
+    readme = README.read_text()
+    if START not in readme or END not in readme:
+        raise BenchError(f"README.md has no {START} ... {END} block to fill")
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(f"{head}{START}\n{text_for_readme}{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="default")
+    parser.add_argument(
+        "--ten-million",
+        action="store_true",
+        default=os.environ.get("BENCH_TEN_MILLION", "") not in ("", "0"),
+        help="also pump a 10M-line stream (or BENCH_TEN_MILLION=1)",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--only", default="", help="comma-separated sections: " + ",".join(SECTIONS)
+    )
+    parser.add_argument("--publish", action="store_true", help="refresh docs/images and README")
+    args = parser.parse_args(argv)
+    scale = SCALES[args.scale]
+    if args.ten_million:
+        scale = with_ten_million(scale)
+    chosen = [s for s in args.only.split(",") if s] or list(SECTIONS)
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
     started = time.perf_counter()
-    head = subprocess.Popen(["cat", str(src)], stdout=subprocess.PIPE)
-    mid = subprocess.Popen(
-        middle,
-        stdin=head.stdout,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=cwd,
-        env=env,
-    )
-    assert head.stdout is not None and mid.stdout is not None
-    head.stdout.close()
-    tail = subprocess.Popen(["cat"], stdin=mid.stdout, stdout=subprocess.DEVNULL)
-    mid.stdout.close()
-    _, status, usage = os.wait4(mid.pid, 0)
-    mid.returncode = os.waitstatus_to_exitcode(status)
-    head.wait()
-    tail.wait()
-    elapsed = time.perf_counter() - started
-    if mid.returncode != 0:
-        raise SystemExit(f"{middle[0]} exited {mid.returncode}")
-    return elapsed, usage.ru_maxrss
+    load_start = os.getloadavg()[0]
+    done: list[Section] = []
+    failed: dict[str, str] = {}
+    for name in chosen:
+        section_start = time.perf_counter()
 
+        def progress(message: str, name: str = name) -> None:
+            elapsed = time.perf_counter() - started
+            print(f"[bench {elapsed:6.0f}s] {name}: {message}", file=sys.stderr, flush=True)
 
-LAST_BYTE = """
-import os, sys, time
-expected, remaining = int(sys.argv[1]), int(sys.argv[1])
-while remaining > 0:
-    chunk = os.read(0, 1 << 20)
-    if not chunk:
-        break
-    remaining -= len(chunk)
-print(time.time())
-while os.read(0, 1 << 20):
-    pass
-"""
-
-
-def time_to_last_byte(src: Path, middle: list[str], cwd: Path, env: dict[str, str]) -> float:
-    """Seconds until the downstream reader has every byte (excludes the final commit)."""
-    started = time.time()
-    with src.open("rb") as stdin:
-        mid = subprocess.Popen(
-            middle, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, env=env
-        )
-        assert mid.stdout is not None
-        out = subprocess.run(
-            [sys.executable, "-c", LAST_BYTE, str(src.stat().st_size)],
-            stdin=mid.stdout,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        mid.stdout.close()
-        mid.wait()
-    return float(out.stdout) - started
-
-
-def best(src: Path, middle: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
-    runs = [timed_pipeline(src, middle, cwd, env) for _ in range(REPEATS)]
-    return min(r[0] for r in runs), max(r[1] for r in runs)
-
-
-def startup(env: dict[str, str]) -> tuple[float, list[str]]:
-    times = []
-    for _ in range(10):
-        started = time.perf_counter()
-        subprocess.run([MAPPER, "--version"], check=True, capture_output=True, env=env)
-        times.append(time.perf_counter() - started)
-    probe = (
-        "import sys; sys.argv=['mapper-state','--version']\n"
-        "from mapper_state.cli import main\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print('loaded:' + ','.join(m for m in ('boto3', 'botocore', 'azure', 'google',"
-        " 'singer_sdk') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
-    line = next(x for x in out.stdout.splitlines() if x.startswith("loaded:"))
-    loaded = [m for m in line.removeprefix("loaded:").split(",") if m]
-    return min(times), loaded
-
-
-def main() -> None:
-    work = Path(tempfile.mkdtemp(prefix="mapper-state-bench-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
-    env["MAPPER_STATE_HISTORY_KEEP"] = "0"
-    rows: list[tuple[str, str, str]] = []
-    try:
-        files = {}
-        for n in SIZES:
-            files[n] = work / f"stream-{n}.jsonl"
-            generate(files[n], n)
-        results: dict[tuple[str, int], tuple[float, int]] = {}
-        for n in SIZES:
-            for name, cmd in (
-                ("cat", ["cat"]),
-                ("mapper-state", [MAPPER, "--state-id", "bench"]),
-                (
-                    "mapper-state, 500 ms store",
-                    [
-                        MAPPER,
-                        "--state-id",
-                        "bench",
-                        "--checkpoint-interval-seconds",
-                        "0",
-                        "--state-backend-uri",
-                        "memory://bench?latency_ms=500",
-                    ],
-                ),
-            ):
-                results[(name, n)] = best(files[n], cmd, work, env)
-        small, large = SIZES
-        mb = {n: files[n].stat().st_size / 1e6 for n in SIZES}
-
-        def slope_rate(name: str) -> float:  # MB/s between the two sizes
-            dt = results[(name, large)][0] - results[(name, small)][0]
-            return (mb[large] - mb[small]) / dt
-
-        cat_rate = slope_rate("cat")
-        for name in ("cat", "mapper-state"):
-            rate = slope_rate(name)
-            rows.append((f"throughput: {name}", f"{rate:,.0f} MB/s", f"{rate / cat_rate:.2f}x cat"))
-        fast = [
-            MAPPER,
-            "--state-id",
-            "bench",
-            "--checkpoint-interval-seconds",
-            "0",
-            "--state-backend-uri",
-            "memory://bench",
-        ]
-        slow = [*fast[:-1], "memory://bench?latency_ms=500"]
-        streaming = {}
-        for name, cmd in (("fast store", fast), ("500 ms store", slow)):
-            times = {
-                n: min(time_to_last_byte(files[n], cmd, work, env) for _ in range(REPEATS))
-                for n in SIZES
-            }
-            streaming[name] = (mb[large] - mb[small]) / (times[large] - times[small])
-        rows.append(
-            (
-                "throughput with a store taking 500 ms per request (checkpoint every state)",
-                f"{streaming['500 ms store']:,.0f} MB/s",
-                f"{streaming['500 ms store'] / streaming['fast store']:.2f}x the same with an instant store",
+        progress("start")
+        try:
+            section = SECTIONS[name](scale, progress)
+        except Exception as exc:  # one broken section must not hide the others
+            failed[name] = "".join(traceback.format_exception_only(exc)).strip()
+            progress(f"FAILED: {failed[name]}")
+            if not isinstance(exc, BenchError):
+                traceback.print_exc()
+            continue
+        section.seconds = time.perf_counter() - section_start
+        (out / f"{name}.json").write_text(
+            json.dumps(
+                {
+                    "title": section.title,
+                    "scale": scale.name,
+                    "seconds": section.seconds,
+                    "rows": [dict(zip(HEADER, row.cells(), strict=True)) for row in section.rows],
+                    "notes": section.notes,
+                    "data": section.data,
+                },
+                indent=1,
             )
+            + "\n"
         )
-        rss = results[("mapper-state", large)][1] / 1024
-        rows.append(("peak RSS, mapper-state, 5M lines", f"{rss:.1f} MB", "goal < 60 MB"))
-        seconds, loaded = startup(env)
-        rows.append(
-            ("start-up: mapper-state --version", f"{seconds * 1000:.0f} ms", "goal < 300 ms")
+        done.append(section)
+        progress(f"done in {section.seconds:.0f} s")
+
+    from benchmarks.plots import PICTURES  # matplotlib only once something is to be drawn
+
+    by_name = {s.name: s for s in done}
+    pictures = []
+    for picture, (source, draw) in PICTURES.items():
+        if source in by_name:
+            draw(by_name[source].data, out / picture)
+            pictures.append(picture)
+    seconds = time.perf_counter() - started
+    machine = machine_line(scale, seconds, (load_start, os.getloadavg()[0]))
+    text = markdown(done, pictures, lambda p: p, machine, failed)
+    (out / "scoreboard.md").write_text(text)
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "scale": scale.name,
+                "shape_lines": list(scale.shape_lines),
+                "seconds": seconds,
+                "sections": [s.name for s in done],
+                "failed": failed,
+                "pictures": pictures,
+                "section_seconds": {s.name: s.seconds for s in done},
+                "machine": machine,
+            },
+            indent=1,
         )
-        rows.append(("modules imported by --version", ", ".join(loaded) or "no cloud SDK", ""))
-        if MAP_TRANSFORM.exists():  # installed by scripts/install-tools.sh
-            # the SDK's no-op mapper is slow: a 100k- and a 300k-line stream, same slope method
-            sample = {n: work / f"stream-{n}.jsonl" for n in (100_000, 300_000)}
-            for n, path in sample.items():
-                generate(path, n)
-            config = work / "map.json"
-            config.write_text(json.dumps({"stream_maps": {}}))
-            theirs = [str(MAP_TRANSFORM), "--config", str(config)]
-            t = {n: best(path, theirs, work, env)[0] for n, path in sample.items()}
-            size = {n: path.stat().st_size / 1e6 for n, path in sample.items()}
-            rate = {
-                "meltano-map-transform": (size[300_000] - size[100_000])
-                / (t[300_000] - t[100_000]),
-                "cat": cat_rate,
-                "mapper-state": slope_rate("mapper-state"),
-            }
-            rows.append(
-                (
-                    "throughput: meltano-map-transform (no-op stream maps)",
-                    f"{rate['meltano-map-transform']:,.1f} MB/s",
-                    f"{rate['meltano-map-transform'] / rate['cat']:.4f}x cat; mapper-state is "
-                    f"{rate['mapper-state'] / rate['meltano-map-transform']:.0f}x faster",
-                )
-            )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    table = ["| measure | value | ratio / goal |", "|---|---|---|"]
-    table += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    text = "\n".join(table)
+        + "\n"
+    )
     print(text)
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "latest.md").write_text(text + "\n")
-    # Requests per run to an S3 store, against Meltano's S3 backend (its own table).
-    print()
-    subprocess.run([sys.executable, str(Path(__file__).with_name("requests.py"))], check=True)
+    print(f"results in {out} ({seconds / 60:.1f} min)", file=sys.stderr)
+    if args.publish:  # a failed section is published as failed, not left out silently
+        readme_text = markdown(done, pictures, lambda p: f"docs/images/bench-{p}", machine, failed)
+        publish(readme_text, out, pictures)
+    if failed:
+        for name, error in failed.items():
+            print(f"bench: section {name} failed: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -25,6 +25,7 @@ class ExitCode(enum.IntEnum):
     DOWNSTREAM_CLOSED = 9
     NOT_FOUND = 10
     UNSAFE_STORE = 11
+    STALE = 12  # state list --stale: some states have not moved for that long
     INTERRUPTED = 130  # 128 + SIGINT; SIGTERM gives 143
 
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import orjson
 
-from mapper_state.redact import redact
+from mapper_state import redact
 
-_secrets: list[str] = []
 _json = False
 
 
@@ -29,7 +28,7 @@ DEBUG_VAR = "MAPPER_STATE_DEBUG"
 def configure(settings: Any) -> None:
     """Remember the secrets to hide and the format to use; with ``MAPPER_STATE_DEBUG``, debug logs."""
     global _json
-    _secrets[:] = settings.secrets()
+    redact.remember(settings.secrets())
     _json = settings["log_format"] == "json"
     if os.environ.get(DEBUG_VAR):
         _debug_logging()
@@ -55,7 +54,7 @@ def _debug_logging() -> None:
 
 
 def _redact(text: str) -> str:
-    return redact(text, _secrets)
+    return redact.redact_known(text)
 
 
 def emit(level: str, message: str, **fields: Any) -> None:

@@ -9,9 +9,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from urllib.parse import unquote
 
 MASK = "***"
-_USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<userinfo>[^@/]*)@")
+_USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][\w+.-]*)://(?P<userinfo>[^@/]*)@")
+#: libpq takes passwords as query parameters too: ``postgresql://host/db?password=...``
+_QUERY_SECRET = re.compile(r"[?&](?:password|sslpassword)=(?P<value>[^&#]*)")
+#: Schemes whose bare user-info (no ``:``) is a user name, not a key.
+_USER_NAME_SCHEMES = frozenset({"postgresql", "postgres"})
+
+
+#: The secrets in force in this process (:func:`remember`), for what has no settings at hand.
+_known: list[str] = []
+
+
+def remember(secrets: Iterable[str]) -> None:
+    """Make ``secrets`` the ones :func:`redact_known` hides (the command line configures them)."""
+    _known[:] = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+
+def redact_known(text: str) -> str:
+    """``text`` with every secret in force in this process replaced by ``***``."""
+    return redact(text, _known)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -23,14 +42,19 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 def uri_secrets(uri: str) -> list[str]:
-    """Passwords embedded in a URI's user-info (``scheme://user:password@host``)."""
+    """Passwords embedded in a URI: its user-info (``scheme://user:password@host``, or a bare
+    ``s3://KEY@bucket``) and libpq's ``password`` query parameters, as typed and decoded."""
+    found = [m.group("value") for m in _QUERY_SECRET.finditer(uri or "") if m.group("value")]
     m = _USERINFO.match(uri or "")
-    if not m:
-        return []
-    _, _, password = m.group("userinfo").partition(":")
-    return [password] if password else [m.group("userinfo")]
+    if m:
+        _, colon, password = m.group("userinfo").partition(":")
+        if password:
+            found.append(password)
+        elif not colon and m.group("scheme").lower() not in _USER_NAME_SCHEMES:
+            found.append(m.group("userinfo"))
+    return [*found, *(unquote(s) for s in found if unquote(s) != s)]
 
 
 def display_uri(uri: str) -> str:
     """A URI with its user-info hidden."""
-    return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", uri or "")
+    return _USERINFO.sub(lambda m: f"{m.group('scheme')}://{MASK}@", uri or "")

@@ -59,7 +59,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         URI_SETTING,
         "string",
         "Where states live: `file:///path`, `file://relative/path`, `s3://bucket/prefix`, "
-        "`azure://container/prefix` or `gs://bucket/prefix`.",
+        "`azure://container/prefix`, `gs://bucket/prefix` or `postgresql://user@host:port/dbname`.",
         DEFAULT_URI,
     ),
     SettingSpec(
@@ -112,6 +112,26 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("tap", "string", "`run`: the tap's command line."),
     SettingSpec("target", "string", "`run`: the target's command line."),
     SettingSpec("full_refresh", "boolean", "Start the tap without the prior state.", False),
+    SettingSpec(
+        "full_refresh_streams",
+        "string",
+        "Streams to extract from the start: the tap gets the prior state without their "
+        "bookmarks, the others' survive. Comma-separated, or a JSON array.",
+        accepts_object=True,
+    ),
+    SettingSpec(
+        "allow_state_reset",
+        "boolean",
+        "Let a commit replace a state that has bookmarks with one that has none (the guard "
+        "refuses it otherwise, and keeps streams a new state drops).",
+        False,
+    ),
+    SettingSpec(
+        "metrics_file",
+        "string",
+        "Write run metrics in Prometheus text format to this file at each commit and at "
+        "exit (for node_exporter's textfile collector).",
+    ),
     SettingSpec(
         "dry_run", "boolean", "Take the lease and read the state, but write nothing.", False
     ),

@@ -122,3 +122,83 @@ def wait_for_lease(store: Path, state_id: str, timeout: float = 10) -> dict[str,
 
     wait_until(read, "the holder never took the lease", timeout)
     return found[-1]
+
+
+RACER = """
+import os, subprocess, sys, time
+start, mapper, release = float(sys.argv[1]), sys.argv[2], sys.argv[3]
+time.sleep(max(0, start - time.time()))
+p = subprocess.Popen([mapper, "--state-id", "race"], stdin=subprocess.PIPE,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# a loser exits at once; a holder keeps its stream (and lease) open until told to finish
+while p.poll() is None and not os.path.exists(release):
+    time.sleep(0.02)
+if p.poll() is None:
+    p.communicate(b'{"type":"STATE","value":{"n":1}}\\n')
+sys.exit(p.wait())
+"""
+
+
+def race_for_one_lease(
+    cwd: Path, env: dict[str, str], *, processes: int = 6, rounds: int = 8
+) -> None:
+    """``processes`` real filters start together on state ID ``race``, ``rounds`` times over:
+    exactly one gets the lease each time (whatever store ``env`` names).
+
+    The holder keeps the lease until all the others have given up (exit 3), so a second
+    holder, if there were one, would still be holding too and the round would fail.
+    """
+    for round_ in range(rounds):
+        release = cwd / f"release-{round_}"
+        start = time.time() + 0.3
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACER, str(start), MAPPER, str(release)], cwd=cwd, env=env
+            )
+            for _ in range(processes)
+        ]
+        deadline = time.monotonic() + 60
+        while sum(p.poll() is not None for p in procs) < processes - 1:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        finished = sorted(p.returncode for p in procs if p.returncode is not None)
+        release.touch()
+        codes = sorted(p.wait(60) for p in procs)
+        assert finished == [3] * (processes - 1), (round_, finished)
+        assert codes == [0] + [3] * (processes - 1), (round_, codes)
+
+
+class StoreCli:
+    """Runs ``mapper-state`` against one store: a local directory, or a cloud emulator's
+    location (a ``tests.servers.StoreLocation``), with that store's settings."""
+
+    def __init__(self, name: str, env: dict[str, str], cwd: Path) -> None:
+        self.name = name
+        self.env = env
+        self.cwd = cwd
+
+    @classmethod
+    def local(cls, root: Path) -> StoreCli:
+        return cls("local", {"MAPPER_STATE_STATE_BACKEND__URI": f"file://{root}"}, root.parent)
+
+    @classmethod
+    def cloud(cls, location: Any, cwd: Path) -> StoreCli:
+        return cls(location.emulator.name, dict(location.env), cwd)
+
+    def __call__(
+        self, *args: str, input: bytes = b"", **env: str
+    ) -> subprocess.CompletedProcess[bytes]:
+        return run_cli(*args, input=input, cwd=self.cwd, env=clean_env(**self.env, **env))
+
+    def get(self, state_id: str, *args: str) -> Any:
+        """``state get ID --format json``: the stored Singer state, or None when there is none."""
+        result = self("state", "get", state_id, "--format", "json", *args)
+        if result.returncode == 10:
+            return None
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def set(self, state_id: str, value: Any) -> None:
+        result = self("state", "set", state_id, json.dumps(value))
+        assert result.returncode == 0, result.stderr

@@ -130,3 +130,22 @@ def test_a_state_write_after_break_goes_through(tmp_path: Path, holder: Lease) -
     done = mapper(tmp_path, "state", "set", "dev:tap-a-to-target-b", '{"b": 1}')
     assert done.returncode == 0, done.stderr
     assert state.load(FileStore(tmp_path), "dev:tap-a-to-target-b").value == {"b": 1}
+
+
+def test_the_command_line_kept_in_the_lease_and_history_hides_secrets(tmp_path: Path) -> None:
+    """A secret given on the command line is neither stored with the lease or the history
+    nor shown by `lock status`, even where it would be cut at the record's length limit."""
+    from tests.helpers import spawn_cli, state_line, wait_for_lease
+
+    secret = "hunter2-" + "s" * 190  # reaches past the 200 characters a record keeps
+    flags = ("--state-backend-uri", f"file://{tmp_path}", "--set")
+    holder = spawn_cli("--state-id", "sec", *flags, f"state_backend.postgres.password={secret}")
+    record = wait_for_lease(tmp_path, "sec")
+    assert "***" in record["command"] and "hunter2" not in record["command"]
+    for fmt in ("text", "json"):
+        shown = mapper(tmp_path, "lock", "status", "sec", "--format", fmt)
+        assert b"***" in shown.stdout and b"hunter2" not in shown.stdout
+    holder.communicate(state_line({"x": 1}), timeout=30)
+    assert holder.returncode == 0
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert b"hunter2" not in stored

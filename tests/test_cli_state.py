@@ -137,7 +137,8 @@ def test_unknown_state_id_is_not_found(tmp_path: Path) -> None:
         result = mapper(tmp_path, "state", *args)
         assert result.returncode == 10, (args, result.stderr)
         assert "missing not found" in one_line_error(result)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".mapper-state", "other"]
+    assert [p.name for p in (tmp_path / ".mapper-state" / "history").iterdir()] == ["other"]
 
 
 @pytest.mark.parametrize("bad", ["../escape", "a//b", "/abs", ".mapper-state-doctor/x"])

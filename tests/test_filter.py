@@ -253,12 +253,14 @@ def test_a_state_equal_to_the_stored_one_is_not_written_again(tmp_path: Path) ->
     run_cli("--state-id", "same", cwd=tmp_path, input=stream(3))
     path = store_of(tmp_path) / "same" / "state.json"
     before = path.stat()
-    snapshots = sorted((store_of(tmp_path) / "same" / "history").iterdir())
+    snapshots = sorted((store_of(tmp_path) / ".mapper-state" / "history" / "same").iterdir())
     result = run_cli("--state-id", "same", cwd=tmp_path, input=stream(3))
     assert result.returncode == 0
     after = path.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    assert sorted((store_of(tmp_path) / "same" / "history").iterdir()) == snapshots
+    assert (
+        sorted((store_of(tmp_path) / ".mapper-state" / "history" / "same").iterdir()) == snapshots
+    )
     assert b"commits=0" in result.stderr
 
 

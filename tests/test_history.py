@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
 from tests.helpers import on_store as mapper
+from tests.servers import StoreLocation
 
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
 
@@ -26,7 +28,7 @@ def bookmarks(**streams: int) -> dict:
 # -- record --------------------------------------------------------------------------
 
 
-def test_record_keeps_the_newest_snapshots_beside_the_state() -> None:
+def test_record_keeps_the_newest_snapshots_outside_the_state_folder() -> None:
     store = MemoryStore()
     for n in range(5):
         history.record(store, "dev:tap-to-target", bookmarks(users=n), run_id=f"run-{n}", keep=3)
@@ -35,7 +37,7 @@ def test_record_keeps_the_newest_snapshots_beside_the_state() -> None:
     assert [s.value for s in snaps] == [bookmarks(users=n) for n in (2, 3, 4)]
     assert all(s.host == socket.gethostname() and s.note == "" for s in snaps)
     keys = sorted(store.list())
-    assert keys == sorted(f"dev:tap-to-target/history/{s.name}.json" for s in snaps)
+    assert keys == sorted(f".mapper-state/history/dev:tap-to-target/{s.name}.json" for s in snaps)
     assert [k.split("/")[-1][:23] for k in keys] == sorted(
         s.time.strftime("%Y%m%dT%H%M%S.%fZ") for s in snaps
     )
@@ -64,7 +66,7 @@ def test_run_ids_are_made_safe_for_keys() -> None:
     store = MemoryStore()
     history.record(store, "job", {}, run_id="../../etc/passwd x", keep=5)
     [key] = store.list()
-    assert key.startswith("job/history/") and key.count("/") == 2
+    assert key.startswith(".mapper-state/history/job/") and key.count("/") == 3
     assert key.endswith("-_.._etc_passwd_x.json")
 
 
@@ -192,3 +194,74 @@ def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFix
     ops.set_state(store, "new", {"b": 1}, GUARD)  # nothing to lose: written, with a warning
     assert state.load(store, "new").value == {"b": 1}
     assert "was written, but not its history snapshot" in capsys.readouterr().err
+
+
+# -- where the history lives ---------------------------------------------------------
+
+
+def test_history_survives_the_state_folder_being_deleted(tmp_path: Path) -> None:
+    """`meltano state clear ID` on the local store deletes `<ID>/` whole: the history is elsewhere."""
+    store = FileStore(tmp_path)
+    ops.set_state(store, "dev:tap-to-target", bookmarks(users=1), GUARD)
+    ops.set_state(store, "dev:tap-to-target", bookmarks(users=2), GUARD)
+    good = history.snapshot_names(store, "dev:tap-to-target")[-1]
+    shutil.rmtree(tmp_path / "dev:tap-to-target")  # what Meltano's local backend does
+
+    listed = mapper(tmp_path, "state", "history", "dev:tap-to-target")
+    assert listed.returncode == 0, listed.stderr
+    assert (
+        "2 snapshots" in listed.stdout.decode() and "it has no state now" in listed.stdout.decode()
+    )
+    assert mapper(tmp_path, "state", "list").stdout == b""  # the history is not a state
+    back = mapper(tmp_path, "state", "rollback", "dev:tap-to-target", "--to", good)
+    assert back.returncode == 0, back.stderr
+    got = mapper(tmp_path, "state", "get", "dev:tap-to-target")
+    assert json.loads(got.stdout) == bookmarks(users=2)
+
+
+def test_history_in_the_old_place_is_read_and_moved_on_the_next_write() -> None:
+    store = MemoryStore()
+    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    # a snapshot an earlier version kept beside the state, older than the one just written
+    old_name = "20200101T000000.000000Z-old-run"
+    doc = {"run_id": "old-run", "note": "", "singer_state": bookmarks(users=0)}
+    store.create(f"job/history/{old_name}.json", orjson.dumps(doc))
+
+    snaps = history.list_snapshots(store, "job")
+    assert snaps[0].name == old_name and len(snaps) == 2
+    assert history.read_snapshot(store, "job", old_name).value == bookmarks(users=0)
+
+    ops.set_state(store, "job", bookmarks(users=2), GUARD)  # the next write moves it
+    assert not [k for k in store.list("job/") if "/history/" in k]
+    assert f".mapper-state/history/job/{old_name}.json" in set(store.list())
+    assert [s.value for s in history.list_snapshots(store, "job")] == [
+        bookmarks(users=0),
+        bookmarks(users=1),
+        bookmarks(users=2),
+    ]
+    assert history.delete_all(store, "job") == 3
+    assert sorted(store.list()) == ["job/state.json"]
+
+
+def test_listing_states_does_not_page_through_the_history(s3_location: StoreLocation) -> None:
+    """On S3, `state list` costs pages in proportion to the states, not to their history."""
+    store = s3_location.open()
+    store.page_size = 10  # type: ignore[attr-defined]
+    for n in range(5):
+        state.save(store, f"id-{n}", bookmarks(users=n), None)
+        for run in range(20):  # 100 snapshots in all: 10 more pages if they were listed
+            history.write_snapshot(
+                store, f"id-{n}", {}, run_id=f"r{run}", keep=50, host="", command=""
+            )
+    pages = 0
+    original = store._list_page  # type: ignore[attr-defined]
+
+    def counted(*args: object) -> object:
+        nonlocal pages
+        pages += 1
+        return original(*args)
+
+    store._list_page = counted  # type: ignore[attr-defined]
+    assert ops.list_state_ids(store) == [f"id-{n}" for n in range(5)]
+    # one page that runs into the history (it sorts before "id-"), then one past it
+    assert pages == 2, pages

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 from tests.helpers import (
     clean_env,
+    race_for_one_lease,
     run_cli,
     spawn_cli,
     state_line,
@@ -101,47 +101,9 @@ def test_a_frozen_holder_that_lost_its_lease_is_fenced(tmp_path: Path) -> None:
     assert stored_state(store, "f") == {"by": "taker"}
 
 
-RACER = """
-import os, subprocess, sys, time
-start, mapper, release = float(sys.argv[1]), sys.argv[2], sys.argv[3]
-time.sleep(max(0, start - time.time()))
-p = subprocess.Popen([mapper, "--state-id", "race"], stdin=subprocess.PIPE,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-# a loser exits at once; a holder keeps its stream (and lease) open until told to finish
-while p.poll() is None and not os.path.exists(release):
-    time.sleep(0.02)
-if p.poll() is None:
-    p.communicate(b'{"type":"STATE","value":{"n":1}}\\n')
-sys.exit(p.wait())
-"""
-
-
 def test_racing_processes_never_have_two_holders(tmp_path: Path) -> None:
-    """Six real processes start together, eight times over: exactly one gets the lease.
-
-    The holder keeps the lease until all five others have given up, so a second
-    holder, if there were one, would still be holding too and the round would fail.
-    """
-    from tests.helpers import MAPPER
-
-    env = clean_env()
-    for round_ in range(8):
-        release = tmp_path / f"release-{round_}"
-        start = time.time() + 0.3
-        procs = [
-            subprocess.Popen(
-                ["python3", "-c", RACER, str(start), MAPPER, str(release)], cwd=tmp_path, env=env
-            )
-            for _ in range(6)
-        ]
-        deadline = time.monotonic() + 60
-        while sum(p.poll() is not None for p in procs) < 5 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        finished = sorted(p.returncode for p in procs if p.returncode is not None)
-        release.touch()
-        codes = sorted(p.wait(60) for p in procs)
-        assert finished == [3, 3, 3, 3, 3], (round_, finished)
-        assert codes == [0, 3, 3, 3, 3, 3], (round_, codes)
+    """Six real processes start together, eight times over: exactly one gets the lease."""
+    race_for_one_lease(tmp_path, clean_env())
     assert not (tmp_path / ".mapper-state" / "race" / LEASE).exists()
 
 

@@ -29,7 +29,7 @@ _STORE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
         "--state-backend-uri",
         "state_backend.uri",
         str,
-        "Store URI (file://, s3://, azure://, gs://).",
+        "Store URI (file://, s3://, azure://, gs://, postgresql://).",
     ),
     ("--lock-timeout-seconds", "state_backend.lock_timeout_seconds", float, "Lease TTL."),
     (
@@ -91,6 +91,13 @@ _RUN_OPTIONS = (
         "--full-refresh", "full_refresh", is_flag=True, default=None, help="Hand the tap no state."
     ),
     click.option(
+        "--full-refresh-stream",
+        "full_refresh_streams",
+        multiple=True,
+        metavar="STREAM",
+        help="Hand the tap the state without STREAM's bookmark, keep the others (repeatable).",
+    ),
+    click.option(
         "--dry-run",
         "dry_run",
         is_flag=True,
@@ -118,6 +125,13 @@ _RUN_OPTIONS = (
         help="Hold the lease but leave state.json to another writer.",
     ),
     click.option(
+        "--metrics-file",
+        "metrics_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Write Prometheus metrics here at each commit and at exit.",
+    ),
+    click.option(
         "--log-format",
         "log_format",
         type=click.Choice(["text", "json"]),
@@ -128,10 +142,12 @@ _RUN_OPTIONS = (
 _RUN_SETTINGS = (
     "state_id",
     "full_refresh",
+    "full_refresh_streams",
     "dry_run",
     "checkpoint_interval_seconds",
     "state_merge",
     "lock_only",
+    "metrics_file",
     "log_format",
 )
 
@@ -145,6 +161,9 @@ def run_options(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, settings_flags: dict[str, Any], **kwargs: Any) -> Any:
         settings_flags.update({name: kwargs.pop(name) for name in _RUN_SETTINGS})
+        settings_flags["full_refresh_streams"] = (
+            list(settings_flags["full_refresh_streams"]) or None
+        )
         return func(*args, settings_flags=settings_flags, **kwargs)
 
     for option in reversed(_RUN_OPTIONS):
@@ -182,6 +201,8 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             log.error("interrupted")
             sys.exit(ExitCode.INTERRUPTED)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # usage errors and --help: click reports them itself
         except Exception as exc:  # a bug: one line, secrets hidden, the traceback on request
             if os.environ.get("MAPPER_STATE_DEBUG"):
                 log.traceback_text("".join(traceback.format_exception(exc)))

@@ -21,6 +21,7 @@ from mapper_state.cli.output import (
 )
 from mapper_state.core.lease import LeaseRecord, break_lease, format_time
 from mapper_state.ops import commands as ops
+from mapper_state.redact import redact_known
 
 # -- lock ----------------------------------------------------------------------------
 
@@ -35,7 +36,7 @@ def _holder_dict(record: LeaseRecord) -> dict[str, Any]:
         "run_id": record.run_id,
         "host": record.host,
         "pid": record.pid,
-        "command": record.command,
+        "command": redact_known(record.command),
         "acquired_at": format_time(record.acquired_at),
         "renewed_at": format_time(record.renewed_at),
         "expires_at": format_time(record.expires_at),
@@ -82,7 +83,7 @@ def lock_status(ctx: click.Context, /, state_id: str, output_format: str, **kw: 
             ("run id", record.run_id),
             ("host", record.host),
             ("pid", str(record.pid)),
-            ("command", record.command or "-"),
+            ("command", redact_known(record.command) or "-"),
             ("acquired", f"{format_time(record.acquired_at)} ({ago(now - record.acquired_at)})"),
             ("renewed", f"{format_time(record.renewed_at)} ({ago(now - record.renewed_at)})"),
             ("expires", f"{format_time(record.expires_at)} ({ago(now - record.expires_at)})"),

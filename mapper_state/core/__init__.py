@@ -1,0 +1,1 @@
+"""The domain: lease and heartbeat, state document, bookmarks, checkpointer, history, session (no Meltano, no click)."""

@@ -1,16 +1,25 @@
 """Per-run snapshots of a state, so that a bad run (or a bad manual edit) is one command to undo.
 
-Each snapshot is one object beside ``state.json``:
-``<state_id>/history/<UTC yyyymmddThhmmss.ffffffZ>-<run_id>.json``. Names sort by
-time, and never end in ``state.json``, so Meltano (which finds state IDs by their
-``*/state.json`` keys) and ``state list`` never mistake one for a state. Only the
-newest ``keep`` snapshots are kept. A snapshot holds the Singer state together with
-who wrote it: ``{"state_id", "time", "run_id", "host", "command", "note", "singer_state"}``
+Each snapshot is one object under a reserved top-level prefix:
+``.mapper-state/history/<state_id>/<UTC yyyymmddThhmmss.ffffffZ>-<run_id>.json``. It lives
+outside ``<state_id>/`` because ``meltano state clear`` deletes that folder whole (on
+the local store): the history survives it, so ``state rollback`` restores a state
+Meltano cleared. No state ID starts with ``.mapper-state``, Meltano finds states only
+by their ``state.json`` keys, and ``state list`` skips the reserved prefix without
+listing it (:data:`HISTORY_ROOT`), so the history never costs a listing of states.
+
+Earlier versions kept snapshots beside the state, in ``<state_id>/history/``: those are
+still read (both places are merged), and moved to the new place on the next write.
+
+Names sort by time; only the newest ``keep`` snapshots are kept. A snapshot holds the
+Singer state together with who wrote it:
+``{"state_id", "time", "run_id", "host", "command", "note", "singer_state"}``
 (``note`` says which operator command wrote it, empty for a pipeline run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 from dataclasses import dataclass
@@ -19,10 +28,14 @@ from typing import Any
 
 import orjson
 
+from mapper_state import log
 from mapper_state.core.lease import current_command
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
-HISTORY_DIR = "history"
+HISTORY_ROOT = ".mapper-state/history/"
+"""Where every state ID's history lives; listing states excludes it."""
+LEGACY_DIR = "history"
+"""The folder beside ``state.json`` that held snapshots before :data:`HISTORY_ROOT`."""
 _TIME_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 _NAME = re.compile(r"^(?P<time>\d{8}T\d{6}\.\d{6}Z)-(?P<run_id>[A-Za-z0-9_.-]{1,64})$")
 UNRECORDED = "unrecorded"
@@ -30,11 +43,45 @@ UNRECORDED = "unrecorded"
 
 
 def history_prefix(state_id: str) -> str:
-    return f"{state_id}/{HISTORY_DIR}/"
+    return f"{HISTORY_ROOT}{state_id}/"
+
+
+def legacy_prefix(state_id: str) -> str:
+    return f"{state_id}/{LEGACY_DIR}/"
 
 
 def snapshot_key(state_id: str, name: str) -> str:
     return f"{history_prefix(state_id)}{name}.json"
+
+
+def legacy_key(state_id: str, name: str) -> str:
+    return f"{legacy_prefix(state_id)}{name}.json"
+
+
+def snapshot_time(name: str) -> datetime | None:
+    """When the snapshot called ``name`` was taken (its name says), or ``None``."""
+    match = _NAME.match(name)
+    return _parse_time(match.group("time")) if match else None
+
+
+def snapshot_run_id(name: str) -> str | None:
+    """The run ID in a snapshot's name (made safe for keys), or ``None``."""
+    match = _NAME.match(name)
+    return match.group("run_id") if match else None
+
+
+def names_in(keys: list[str], prefix: str) -> list[str]:
+    """The snapshot names among ``keys`` directly under ``prefix``.
+
+    Only direct children named like a snapshot count, so a nested state ID such as
+    ``<state_id>/history`` is never mistaken for history.
+    """
+    names = []
+    for key in keys:
+        rest = key[len(prefix) :]
+        if key.startswith(prefix) and rest.endswith(".json") and _NAME.match(rest[: -len(".json")]):
+            names.append(rest[: -len(".json")])
+    return names
 
 
 @dataclass(frozen=True)
@@ -59,24 +106,25 @@ def _safe_run_id(run_id: str) -> str:
     return cleaned or "run"
 
 
+def _found(store: BlobStore, state_id: str) -> dict[str, str]:
+    """``{snapshot name: key}`` in both places; the new place wins a name found in both."""
+    found = {}
+    for prefix, key_of in (
+        (legacy_prefix(state_id), legacy_key),
+        (history_prefix(state_id), snapshot_key),
+    ):
+        for name in names_in(list(store.list(prefix)), prefix):
+            found[name] = key_of(state_id, name)
+    return found
+
+
 def snapshot_names(store: BlobStore, state_id: str) -> list[str]:
-    """The names of the state's snapshots, oldest first.
-
-    Only direct children of ``<state_id>/history/`` named like a snapshot count, so a
-    nested state ID such as ``<state_id>/history`` is never mistaken for history.
-    """
-    prefix = history_prefix(state_id)
-    names = []
-    for key in store.list(prefix):
-        rest = key[len(prefix) :]
-        if rest.endswith(".json") and _NAME.match(rest[: -len(".json")]):
-            names.append(rest[: -len(".json")])
-    return sorted(names)
+    """The names of the state's snapshots, oldest first (both places merged)."""
+    return sorted(_found(store, state_id))
 
 
-def read_snapshot(store: BlobStore, state_id: str, name: str) -> Snapshot | None:
-    """The snapshot called ``name``, or ``None`` when it is gone or unreadable."""
-    blob = store.read(snapshot_key(state_id, name))
+def _read_at(store: BlobStore, key: str, name: str) -> Snapshot | None:
+    blob = store.read(key)
     if blob is None:
         return None
     try:
@@ -97,10 +145,40 @@ def read_snapshot(store: BlobStore, state_id: str, name: str) -> Snapshot | None
     )
 
 
+def read_snapshot(store: BlobStore, state_id: str, name: str) -> Snapshot | None:
+    """The snapshot called ``name``, or ``None`` when it is gone or unreadable."""
+    if not _NAME.match(name):
+        return None
+    found = _read_at(store, snapshot_key(state_id, name), name)
+    return found or _read_at(store, legacy_key(state_id, name), name)
+
+
 def list_snapshots(store: BlobStore, state_id: str) -> list[Snapshot]:
     """Every readable snapshot of the state, oldest first."""
-    found = (read_snapshot(store, state_id, n) for n in snapshot_names(store, state_id))
-    return [s for s in found if s is not None]
+    found = _found(store, state_id)
+    snapshots = (_read_at(store, found[name], name) for name in sorted(found))
+    return [s for s in snapshots if s is not None]
+
+
+def _migrate(store: BlobStore, state_id: str, found: dict[str, str]) -> None:
+    """Move snapshots kept beside the state (where ``meltano state clear`` reaches) to the new place."""
+    for name, key in sorted(found.items()):
+        if key == snapshot_key(state_id, name):
+            continue
+        try:
+            blob = store.read(key)
+            if blob is None:  # gone meanwhile
+                del found[name]
+                continue
+            with contextlib.suppress(PreconditionFailed):  # already moved
+                store.create(snapshot_key(state_id, name), blob.data)
+            store.delete(key)
+        except StoreError as exc:
+            log.warning(
+                f"could not move snapshot {name} of {state_id} to {HISTORY_ROOT}: {exc.message}"
+            )
+            return
+        found[name] = snapshot_key(state_id, name)
 
 
 def _parse_time(text: str) -> datetime:
@@ -131,7 +209,9 @@ def write_snapshot(
     """Store ``value`` as the newest snapshot, prune to ``keep``; return its name."""
     if keep <= 0:
         return None
-    names = snapshot_names(store, state_id)
+    found = _found(store, state_id)
+    _migrate(store, state_id, found)
+    names = sorted(found)
     run_id = _safe_run_id(run_id)
     for _ in range(5):
         when = _next_time(names)
@@ -152,7 +232,8 @@ def write_snapshot(
             names = sorted([*names, name])
     else:
         raise StoreError(f"could not record a history snapshot of {state_id}")
-    prune(store, state_id, keep, [*names, name])
+    found[name] = snapshot_key(state_id, name)
+    prune(store, state_id, keep, found)
     return name
 
 
@@ -184,45 +265,55 @@ def record(
 
 
 def record_if_missing(
-    store: BlobStore, state_id: str, value: Any, *, keep: int, command: str | None = None
-) -> None:
-    """Snapshot a state about to be overwritten if the newest snapshot does not hold it.
+    store: BlobStore,
+    state_id: str,
+    value: Any,
+    *,
+    keep: int,
+    run_id: str = UNRECORDED,
+    note: str = "another writer",
+    command: str | None = None,
+) -> bool:
+    """Snapshot a state if the newest snapshot does not hold it; return whether it did.
 
     States written by Meltano, by a ``lock_only`` run or before history existed have
     no snapshot; taking one before an operator command changes them keeps every
-    change undoable.
+    change undoable (and a Meltano run's lease keeper takes one of the state Meltano
+    wrote, with that run's ID).
     """
     if value is None or keep <= 0:
-        return
+        return False
     names = snapshot_names(store, state_id)
     newest = read_snapshot(store, state_id, names[-1]) if names else None
     if newest is not None and newest.value == value:
-        return
+        return False
     write_snapshot(
         store,
         state_id,
         value,
-        run_id=UNRECORDED,
+        run_id=run_id,
         keep=keep,
-        host="",
+        host=socket.gethostname() if run_id != UNRECORDED else "",
         command=current_command() if command is None else command,
-        note="another writer",
+        note=note,
     )
+    return True
 
 
-def prune(store: BlobStore, state_id: str, keep: int, names: list[str] | None = None) -> None:
-    """Delete all but the newest ``keep`` snapshots."""
-    names = sorted(snapshot_names(store, state_id) if names is None else names)
+def prune(store: BlobStore, state_id: str, keep: int, found: dict[str, str] | None = None) -> None:
+    """Delete all but the newest ``keep`` snapshots (``found``: name to key, if known)."""
+    found = _found(store, state_id) if found is None else found
+    names = sorted(found)
     for name in names[: max(0, len(names) - keep)]:
-        store.delete(snapshot_key(state_id, name))
+        store.delete(found[name])
 
 
 def delete_all(store: BlobStore, state_id: str) -> int:
-    """Remove every snapshot of the state; return how many there were."""
-    names = snapshot_names(store, state_id)
-    for name in names:
-        store.delete(snapshot_key(state_id, name))
-    return len(names)
+    """Remove every snapshot of the state, in both places; return how many there were."""
+    found = _found(store, state_id)
+    for key in found.values():
+        store.delete(key)
+    return len(found)
 
 
 def find(snapshots: list[Snapshot], ref: str) -> list[Snapshot]:

@@ -38,7 +38,7 @@ import orjson
 
 from mapper_state import log, signals
 from mapper_state.errors import LeaseBusy, LeaseLost
-from mapper_state.redact import redact, uri_secrets
+from mapper_state.redact import redact, redact_known, uri_secrets
 from mapper_state.stores.base import Blob, BlobStore, PreconditionFailed, StoreError
 
 LEASE_FILE = "mapper-state.lease.json"
@@ -162,7 +162,7 @@ def current_command(secrets: Iterable[str] = ()) -> str:
         if sep and value and _SECRET_NAME.search(name):
             hidden.append(value)
         hidden.extend(uri_secrets(arg.partition("=")[2] or arg))
-    return redact(" ".join(args), [h for h in hidden if len(h) >= 4])[:200]
+    return redact(redact_known(" ".join(args)), [h for h in hidden if len(h) >= 4])[:200]
 
 
 _SECRET_NAME = re.compile(
@@ -302,7 +302,9 @@ class Lease:
         record = self.record
         wait = max(0.0, record.expires_at - self.clock()) if record else 0.0
         if not self._lock.acquire(timeout=wait):  # a renewal still waiting on the store
-            raise LeaseLost(f"could not renew the lease on {self.state_id} before it expired")
+            raise LeaseLost(
+                f"lost the lease on {self.state_id}: could not renew it before it expired"
+            )
         try:
             if self.lost:
                 raise self.lost
@@ -349,7 +351,8 @@ class Lease:
                 if not finished or (isinstance(error, StoreError) and self.clock() >= deadline):
                     lose(
                         LeaseLost(
-                            f"could not renew the lease on {self.state_id} before it expired "
+                            f"lost the lease on {self.state_id}: could not renew it before it "
+                            "expired "
                             "(the store did not answer in time)"
                         )
                     )
@@ -361,7 +364,11 @@ class Lease:
                     pause = min(self.ttl / 3, max(0.05, (deadline - self.clock()) / 3))
                     continue
                 if error is not None:
-                    lose(LeaseLost(f"could not renew the lease on {self.state_id}: {error!r}"))
+                    lose(
+                        LeaseLost(
+                            f"lost the lease on {self.state_id}: renewing it failed: {error!r}"
+                        )
+                    )
                     return
                 pause = self.ttl / 3
 

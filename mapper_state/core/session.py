@@ -9,10 +9,11 @@ writes the state conditionally on the version last seen: fencing.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mapper_state import log, signals
-from mapper_state.core import history, state
+from mapper_state.core import bookmarks, history, state
 from mapper_state.core.checkpoint import Checkpointer
 from mapper_state.core.lease import Lease
 from mapper_state.errors import ConfigError, LeaseLost
@@ -69,10 +70,18 @@ class Session:
         self.last_commit_at: float | None = None
         self.checkpointer: Checkpointer | None = None
         self.finished = False
+        self.guard = bookmarks.CommitGuard(settings, self.state_id)
+        self.lease_wait_seconds = 0.0
+        #: Called after each state write (e.g. to write metrics).
+        self.on_commit: Callable[[], None] | None = None
 
     def __enter__(self) -> Session:
         try:
-            self.lease.acquire()
+            started = time.monotonic()
+            try:
+                self.lease.acquire()
+            finally:
+                self.lease_wait_seconds = time.monotonic() - started
             self.prior = self._load_fenced()
             self.hooks.check_prior(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
@@ -135,11 +144,16 @@ class Session:
         self.release()
 
     @property
+    def tap_state(self) -> Any:
+        """The state to hand the tap, ``None`` for none (or a full refresh), without the
+        bookmarks of ``--full-refresh-stream`` streams."""
+        return bookmarks.for_tap(self.settings, self.prior.value if self.prior else None)
+
+    @property
     def handoff_value(self) -> Any:
         """The state to hand the tap: ``{}`` when there is none or on a full refresh."""
-        if self.settings["full_refresh"] or self.prior is None or self.prior.value is None:
-            return {}
-        return self.prior.value
+        value = self.tap_state
+        return {} if value is None else value
 
     @property
     def writes_state(self) -> bool:
@@ -147,7 +161,14 @@ class Session:
 
     def offer(self, value: Any) -> None:
         assert self.checkpointer is not None
+        if self.writes_state and (refusal := self.guard.admit(self._stored, value)):
+            self._warn(refusal)
+            return
         self.checkpointer.offer(value)
+
+    def _warn(self, verdict: bookmarks.Verdict) -> None:
+        if verdict.warning and self.guard.first_time(verdict.warning):
+            log.warning(verdict.warning)
 
     def check(self) -> None:
         assert self.checkpointer is not None
@@ -159,6 +180,11 @@ class Session:
             return
         if self.settings["state_merge"]:
             value = state.deep_merge(self._stored, value)
+        verdict = self.guard.check(self._stored, value)
+        self._warn(verdict)
+        if verdict.refused:
+            return  # the stored state stays
+        value = verdict.value
         if self._version is not None and value == self._stored:
             return  # the store holds this already (taps open by repeating their state)
         self.lease.confirm()
@@ -173,8 +199,11 @@ class Session:
         self._serial += 1
         self._stored = value
         self.committed = value
+        self.guard.committed(value)
         self.writes += 1
         self.last_commit_at = time.time()
+        if self.on_commit is not None:
+            self.on_commit()
 
     @property
     def commits(self) -> int:

@@ -18,7 +18,8 @@ from mapper_state.settings import SettingSpec
 NAME = "mapper-state"
 DESCRIPTION = (
     "Keeps a Singer pipeline's incremental state in a remote store (local files, S3, "
-    "Azure Blob Storage, GCS) behind a whole-run lease, passing every byte through untouched."
+    "Azure Blob Storage, GCS, PostgreSQL) behind a whole-run lease, passing every byte "
+    "through untouched."
 )
 ENV_PREFIX = "MAPPER_STATE_"
 

@@ -31,6 +31,10 @@ from mapper_state.stores import split_uri, store_types
 
 SYSTEMDB = "systemdb"
 BACKEND_URI_VAR = "MELTANO_STATE_BACKEND_URI"
+#: The schemes of Meltano's own backends, which keep ``<prefix>/<state_id>/state.json`` as
+#: mapper-state does. A state-backend plugin (a database, say) keeps its own layout: the
+#: same URI is then the same server, but not the same state.
+MELTANO_LAYOUT_SCHEMES = frozenset({"file", "s3", "azure", "gs"})
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -118,7 +122,7 @@ def from_meltano_uri(uri: str) -> str:
         return "file://" + path
     scheme_sep, _, rest = uri.partition("://")
     netloc, slash, path = rest.partition("/")
-    if "@" in netloc:  # s3://<key id>:<secret>@bucket/prefix: credentials come apart
+    if "@" in netloc and scheme == "s3":  # s3://<key id>:<secret>@bucket: credentials come apart
         netloc = netloc.rsplit("@", 1)[1]
     return f"{scheme_sep}://{netloc}{slash}{path}" if rest else uri
 
@@ -202,7 +206,7 @@ def resolve_uri(uri: str, source: str, env: Mapping[str, str] | None = None) -> 
 def store_identity(uri: str, cwd: str | None = None) -> tuple[str, ...]:
     """What a store URI points at, for comparing two spellings of one place."""
     scheme, location = split_uri(uri)
-    scheme = {"gcs": "gs", "az": "azure"}.get(scheme, scheme)
+    scheme = {"gcs": "gs", "az": "azure", "postgres": "postgresql"}.get(scheme, scheme)
     if scheme == "file":
         path = os.path.expanduser(location) or "."
         return ("file", os.path.realpath(os.path.join(cwd or os.getcwd(), path)))

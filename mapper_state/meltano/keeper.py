@@ -24,24 +24,35 @@ import orjson
 
 from mapper_state import log
 from mapper_state.config import settings_from_values
+from mapper_state.core import history, state
 from mapper_state.core.lease import Lease, LeaseRecord
 from mapper_state.errors import MapperStateError
 from mapper_state.meltano import env as meltano
 from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store
+from mapper_state.stores.base import BlobStore
 
 KEEP_LEASE_ARG = "keep-lease"
 
 
-def hand_over_lease(lease: Lease, settings: Settings, env: Mapping[str, str] | None = None) -> bool:
+def hand_over_lease(
+    lease: Lease,
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    *,
+    snapshot: bool = False,
+) -> bool:
     """After a successful mapping run, keep the lease until Meltano (our parent) exits.
 
     The mapper exits when the tap's stream ends, but the target may still be loading
     and Meltano writes the state it confirms only afterwards: a lease released at the
     mapper's exit would let another run start from the old state. A small detached
     process takes the lease over (same run ID, renewed by compare-and-swap like any
-    holder) and releases it once Meltano's process is gone. Returns False when there
-    is nothing to hand over or no keeper could be started; the caller then releases.
+    holder) and releases it once Meltano's process is gone. With ``snapshot`` (the
+    state is Meltano's to write) it first keeps a history snapshot of the state Meltano
+    wrote, so that ``state rollback`` can undo a bad run or a ``meltano state clear``.
+    Returns False when there is nothing to hand over or no keeper could be started; the
+    caller then releases.
     """
     run = meltano.MeltanoRun.from_env(env)
     parent = os.getppid()
@@ -65,6 +76,7 @@ def hand_over_lease(lease: Lease, settings: Settings, env: Mapping[str, str] | N
             "record": orjson.loads(lease.record.to_bytes()),
             "parent_pid": parent,
             "parent_pidfd": pidfd,
+            "snapshot": snapshot,
         }
         read_end, write_end = os.pipe()
         fds += [read_end, write_end]
@@ -123,6 +135,23 @@ def _wait_for_exit(pid: int, pidfd: int | None, stop: Any) -> None:
         stop.wait(0.2)
 
 
+def _snapshot(store: BlobStore, lease: Lease, settings: Settings) -> None:
+    """Keep the state Meltano wrote in the history (under the lease it still holds)."""
+    try:
+        current = state.load(store, lease.state_id)
+        if current.exists:
+            history.record_if_missing(
+                store,
+                lease.state_id,
+                current.value,
+                keep=settings["history_keep"],
+                run_id=lease.run_id,
+                note="meltano run",
+            )
+    except MapperStateError:
+        pass  # nothing to tell anyone: the keeper's output goes nowhere
+
+
 def _keep_lease() -> int:
     """The keeper: renew the handed-over lease until Meltano exits, then release it."""
     payload = orjson.loads(sys.stdin.buffer.read())
@@ -149,6 +178,8 @@ def _keep_lease() -> int:
         lease.renew()  # records who holds it now
         lease.start_heartbeat(on_lost=lambda _exc: stop.set())
         _wait_for_exit(parent, payload.get("parent_pidfd"), stop)
+        if payload.get("snapshot") and not stop.is_set():
+            _snapshot(store, lease, settings)
         lease.release()
     except MapperStateError:
         return 1

@@ -30,6 +30,7 @@ from mapper_state.errors import ConfigError, LeaseLost
 from mapper_state.meltano import keeper
 from mapper_state.meltano.env import (
     BACKEND_URI_VAR,
+    MELTANO_LAYOUT_SCHEMES,
     SYSTEMDB,
     MeltanoRun,
     _env,
@@ -37,6 +38,7 @@ from mapper_state.meltano.env import (
     store_identity,
 )
 from mapper_state.settings import Settings
+from mapper_state.stores import split_uri
 
 
 def meltano_owns_state(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
@@ -57,6 +59,8 @@ def meltano_owns_state(settings: Settings, env: Mapping[str, str] | None = None)
         meltanos = from_meltano_uri(meltano_uri)
     except ConfigError:
         return False  # a URI Meltano cannot use: it keeps no state there
+    if split_uri(meltanos)[0] not in MELTANO_LAYOUT_SCHEMES:
+        return False  # a state-backend plugin's own layout: Meltano's state is not ours
     return store_identity(meltanos) == store_identity(settings.uri)
 
 
@@ -144,7 +148,9 @@ class MeltanoHooks(RunHooks):
         check_handed_state(settings, prior, where)
 
     def hand_over(self, lease: Lease, settings: Settings) -> bool:
-        return keeper.hand_over_lease(lease, settings)
+        explicit = settings["lock_only"]
+        meltanos = meltano_owns_state(settings) if explicit is None else bool(explicit)
+        return keeper.hand_over_lease(lease, settings, snapshot=meltanos)
 
 
 HOOKS = MeltanoHooks()

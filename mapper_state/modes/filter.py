@@ -15,6 +15,7 @@ from collections.abc import Callable
 from mapper_state import log, signals
 from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import BadInput, ConfigError, DownstreamClosed, ExitCode, Interrupted
+from mapper_state.modes import metrics
 from mapper_state.settings import Settings
 from mapper_state.stream import handoff
 from mapper_state.stream.pump import LineScanner, pump
@@ -38,6 +39,35 @@ def run_filter(
     input_path: str | None = None,
 ) -> int:
     """Run the filter to the end of its input; return the exit code."""
+    try:
+        run_metrics = metrics.open_metrics(settings)
+    except ConfigError:
+        if state_file:
+            handoff.release_reader(state_file)
+        raise
+    with metrics.recorded(run_metrics):
+        code = _run_filter(
+            settings,
+            state_file=state_file,
+            hooks=hooks,
+            after_target=after_target,
+            input_path=input_path,
+            run_metrics=run_metrics,
+        )
+        if run_metrics is not None:
+            run_metrics.exit_code = code
+        return code
+
+
+def _run_filter(
+    settings: Settings,
+    *,
+    state_file: str | None,
+    hooks: RunHooks | None,
+    after_target: bool,
+    input_path: str | None,
+    run_metrics: metrics.RunMetrics | None,
+) -> int:
     src = sys.stdin.fileno()
     if input_path:
         try:
@@ -48,6 +78,8 @@ def run_filter(
     with signals.raising(wake=lambda: session.check() if session else None):
         try:
             session = Session(settings, hooks=hooks)
+            if run_metrics is not None:
+                run_metrics.session = session  # the lease wait counts even if it fails
             session.__enter__()
         except BaseException:
             if state_file:
@@ -57,8 +89,19 @@ def run_filter(
         try:
             if state_file:
                 writer = handoff.hand_off(state_file, session.handoff_value)
-            scanner = LineScanner(session.offer, _on_bad(bool(settings["strict"])), after_target)
-            stats = pump(src, sys.stdout.fileno(), scanner, check=session.check)
+            on_bad = _on_bad(bool(settings["strict"]))
+            if run_metrics is None:
+                scanner = LineScanner(session.offer, on_bad, after_target)
+            else:
+                counting = metrics.CountingScanner(session.offer, on_bad, after_target)
+                run_metrics.bytes = lambda: counting.bytes
+                run_metrics.records = lambda: counting.records
+                run_metrics.states = lambda: counting.states
+                metrics.attach(run_metrics, session)
+                scanner = counting
+            stats = pump(
+                src, sys.stdout.fileno(), scanner, check=session.check, scan_first=after_target
+            )
             session.finish()
             log.info(
                 "done",

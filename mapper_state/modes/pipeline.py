@@ -28,6 +28,7 @@ import orjson
 from mapper_state import log, signals
 from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
+from mapper_state.modes import metrics
 from mapper_state.settings import Settings
 from mapper_state.stream.pump import CHUNK, LineScanner, enlarge_pipe, pump
 
@@ -60,13 +61,15 @@ class LineCounter:
     def __init__(self, count_records: bool = False) -> None:
         self.lines = 0
         self.records = 0
+        self.bytes = 0
         self.count_records = count_records
 
     def feed(self, chunk: bytes | bytearray, end: int | None = None) -> None:
         end = len(chunk) if end is None else end
         self.lines += chunk.count(b"\n", 0, end)
-        if self.count_records:  # only for the progress line on a terminal
-            self.records += chunk.count(b'"RECORD"', 0, end)
+        self.bytes += end
+        if self.count_records:  # only for the progress line on a terminal, and for metrics
+            self.records += metrics.count_records(chunk, end)
 
     def finish(self) -> None:
         pass
@@ -84,13 +87,14 @@ class Progress:
 @contextlib.contextmanager
 def private_state_file(session: Session) -> Iterator[str | None]:
     """The prior state in a 0600 temp file for ``--state``, or ``None`` without one."""
-    if session.settings["full_refresh"] or session.prior is None or session.prior.value is None:
+    value = session.tap_state
+    if value is None:
         yield None
         return
     fd, path = tempfile.mkstemp(prefix="mapper-state-", suffix=".json")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(session.prior.value))
+            f.write(orjson.dumps(value))
         yield path
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -186,7 +190,24 @@ def _progress_line(progress: Progress, session: Session, stop: threading.Event) 
 def run_pipeline(settings: Settings, hooks: RunHooks | None = None) -> int:
     """Run tap | target under the lease; return the exit code (README, exit codes)."""
     tap_cmd, target_cmd = command_line(settings, "tap"), command_line(settings, "target")
+    run_metrics = metrics.open_metrics(settings)
+    with metrics.recorded(run_metrics):
+        code = _run_pipeline(settings, hooks, tap_cmd, target_cmd, run_metrics)
+        if run_metrics is not None:
+            run_metrics.exit_code = code
+        return code
+
+
+def _run_pipeline(
+    settings: Settings,
+    hooks: RunHooks | None,
+    tap_cmd: list[str],
+    target_cmd: list[str],
+    run_metrics: metrics.RunMetrics | None,
+) -> int:
     session = Session(settings, hooks=hooks)
+    if run_metrics is not None:
+        run_metrics.session = session  # the lease wait counts even if it fails
     with (
         # SIGTERM before the children run still releases the lease; a lost lease stops all
         signals.raising(wake=session.check),
@@ -198,7 +219,12 @@ def run_pipeline(settings: Settings, hooks: RunHooks | None = None) -> int:
         children = Children(tap_cmd, target_cmd)
         previous = {s: signal.signal(s, children.forward) for s in (signal.SIGINT, signal.SIGTERM)}
         show_progress = sys.stderr.isatty() and settings["log_format"] == "text"
-        progress = Progress(LineCounter(count_records=show_progress))
+        progress = Progress(LineCounter(count_records=show_progress or run_metrics is not None))
+        if run_metrics is not None:
+            run_metrics.bytes = lambda: progress.counter.bytes
+            run_metrics.records = lambda: progress.counter.records
+            run_metrics.states = lambda: progress.confirmed
+            metrics.attach(run_metrics, session)
         stop_progress = threading.Event()
         if show_progress:
             threading.Thread(

@@ -1,0 +1,1 @@
+"""The operator commands' logic over any store: state commands, export/import, diffs, the fleet view, ``doctor``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,8 +33,9 @@ from mapper_state.errors import (
     MapperStateError,
     StateNotFound,
 )
+from mapper_state.ops.fetch import fetch_all
 from mapper_state.settings import Settings
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+from mapper_state.stores.base import BlobStore, Entry, PreconditionFailed, StoreError, listing
 
 RESERVED_PREFIX = ".mapper-state"
 """State IDs whose first segment starts with this are reserved (``doctor``'s scratch keys)."""
@@ -99,23 +100,42 @@ def check_state_id(state_id: str | None) -> str:
 # -- reading -----------------------------------------------------------------------
 
 
-def _literal_prefix(pattern: str) -> str:
+def literal_prefix(pattern: str) -> str:
+    """The part of a glob before its first wildcard: where a listing for it starts."""
     match = re.search(r"[*?\[]", pattern)
     return pattern[: match.start()] if match else pattern
 
 
+def state_keys(store: BlobStore, pattern: str | None = None) -> Iterator[Entry]:
+    """The listing that finds states: everything under the pattern's literal prefix but the
+    history (:data:`history.HISTORY_ROOT`), which the store skips without paging through it."""
+    prefix = literal_prefix(pattern) if pattern else ""
+    return listing(store, prefix, exclude=history.HISTORY_ROOT)
+
+
 def list_state_ids(store: BlobStore, pattern: str | None = None) -> list[str]:
     """State IDs in the store (keys ending in ``/state.json``), sorted, matching ``pattern``."""
+    return sorted(state_entries(store, pattern))
+
+
+def state_entries(
+    store: BlobStore, pattern: str | None = None, entries: Iterable[Entry] | None = None
+) -> dict[str, Entry]:
+    """``{state ID: its state.json's listing entry}`` for the states matching ``pattern``.
+
+    ``entries`` is :func:`state_keys`'s listing when the caller has it already.
+    """
     suffix = "/" + state.STATE_FILE
-    found = set()
-    for key in store.list(_literal_prefix(pattern) if pattern else ""):
+    found = {}
+    for entry in state_keys(store, pattern) if entries is None else entries:
+        key = entry.key
         if not key.endswith(suffix):
             continue
         state_id = key[: -len(suffix)]
         if is_reserved(state_id) or (pattern and not fnmatch.fnmatchcase(state_id, pattern)):
             continue
-        found.add(state_id)
-    return sorted(found)
+        found[state_id] = entry
+    return found
 
 
 def not_found(store: BlobStore, state_id: str) -> StateNotFound:
@@ -229,13 +249,15 @@ def _remove(
         ) from None
 
 
-def _write(
+def write_with(
     store: BlobStore,
     state_id: str,
     guard: Guard,
     compute: Callable[[StateSnapshot], Any],
     note: str,
 ) -> Any:
+    """Under the lease: read the state, ``compute`` the new one from it, write it (with
+    history snapshots before and after); return what was written."""
     with guard.lease(store, state_id) as lease:
         snapshot = state.load(store, state_id)
         value = compute(snapshot)
@@ -255,7 +277,7 @@ class Transfer(Protocol):
 
 
 def set_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> None:
-    _write(store, state_id, guard, lambda _: value, "state set")
+    write_with(store, state_id, guard, lambda _: value, "state set")
 
 
 def merge_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> Any:
@@ -266,7 +288,7 @@ def merge_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> An
             raise not_found(store, state_id)
         return state.deep_merge(snapshot.value or {}, value)
 
-    return _write(store, state_id, guard, merged, "state merge")
+    return write_with(store, state_id, guard, merged, "state merge")
 
 
 def clear_state(store: BlobStore, state_id: str, guard: Guard, *, with_history: bool) -> str | None:
@@ -290,8 +312,7 @@ def clear_state(store: BlobStore, state_id: str, guard: Guard, *, with_history: 
 def refuse_busy(store: BlobStore, state_ids: list[str], what: str) -> None:
     """Fail before touching anything if any of ``state_ids`` is held by a live run."""
     now = time.time()
-    for state_id in state_ids:
-        holder, _ = read_lease(store, state_id)
+    for state_id, (holder, _) in fetch_all(state_ids, lambda i: read_lease(store, i)):
         if holder is not None and not holder.is_expired(now):
             raise LeaseBusy(f"{what}: state ID {state_id} is busy: {holder.describe()}")
 
@@ -333,7 +354,7 @@ def copy_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: boo
         _refuse_existing(target, force)
         return source.value
 
-    _write(store, dst, guard, value, f"state copy from {src}")
+    write_with(store, dst, guard, value, f"state copy from {src}")
 
 
 def move_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool) -> None:
@@ -386,9 +407,9 @@ def rollback(
 
 
 def export_states(store: BlobStore, pattern: str | None = None) -> Iterator[tuple[str, Any]]:
-    """``(state_id, singer_state)`` for every state, in state ID order."""
-    for state_id in list_state_ids(store, pattern):
-        snapshot = state.load(store, state_id)
+    """``(state_id, singer_state)`` for every state, in state ID order (read concurrently)."""
+    loaded = fetch_all(list_state_ids(store, pattern), lambda i: state.load(store, i))
+    for state_id, snapshot in loaded:
         if snapshot.exists:
             yield state_id, {} if snapshot.value is None else snapshot.value
 
@@ -506,7 +527,8 @@ def import_states(
 ) -> None:
     """Write every entry, each under its lease; refuse up front if any exists or is busy."""
     if not force:
-        existing = [e.state_id for e in entries if state.load(store, e.state_id).exists]
+        loaded = fetch_all([e.state_id for e in entries], lambda i: state.load(store, i))
+        existing = [state_id for state_id, snapshot in loaded if snapshot.exists]
         if existing:
             shown = ", ".join(existing[:5]) + (" ..." if len(existing) > 5 else "")
             raise StateExists(
@@ -521,6 +543,6 @@ def import_states(
             _refuse_existing(target, force)
             return values[state_id]
 
-        _write(store, state_id, guard, value, "state import")
+        write_with(store, state_id, guard, value, "state import")
 
     _each(list(values), write, "imported")

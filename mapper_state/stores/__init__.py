@@ -29,6 +29,7 @@ BUILTIN = (
     "mapper_state.stores.s3",
     "mapper_state.stores.azure",
     "mapper_state.stores.gcs",
+    "mapper_state.stores.postgres",
 )
 
 

@@ -22,7 +22,10 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    :class:`PreconditionFailed` on a mismatch or when the object is gone.
 5. ``delete`` with ``if_version`` is conditional in the same way; without it, it
    is unconditional and deleting an absent object is not an error.
-6. ``list`` yields every key under a key prefix, following pagination.
+6. ``list`` yields every key under a key prefix, following pagination. Optionally,
+   ``list_entries(prefix, exclude)`` also reports each object's modification time and
+   skips the keys under ``exclude`` without listing them where the service can start a
+   listing after a given key (see :func:`listing`, which serves every store alike).
 7. Map the SDK's typed errors (or HTTP status codes), never message text:
    404 -> absent, 412/409 -> :class:`PreconditionFailed`, auth -> :class:`StoreAccessDenied`,
    anything else -> :class:`StoreError`. Retry transient failures (5xx, throttling,
@@ -97,6 +100,39 @@ class BlobStore(Protocol):
     def list(self, prefix: str = "") -> Iterator[str]:
         """Every key that starts with ``prefix``, in no particular order."""
         ...
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A listed key, and when its object was last written (epoch seconds) if the store says."""
+
+    key: str
+    modified: float | None = None
+
+
+@runtime_checkable
+class ListsEntries(Protocol):
+    """An optional capability: a listing with modification times that can skip a range."""
+
+    def list_entries(self, prefix: str = "", exclude: str | None = None) -> Iterator[Entry]:
+        """Every key that starts with ``prefix`` but not with ``exclude``, in no particular order."""
+        ...
+
+
+def listing(store: BlobStore, prefix: str = "", *, exclude: str | None = None) -> Iterator[Entry]:
+    """Every key under ``prefix`` except those under ``exclude``, with times where known.
+
+    A store that implements :class:`ListsEntries` skips the excluded keys without paging
+    through them where its service allows; any other store's keys are filtered here.
+    """
+    if exclude and prefix.startswith(exclude):
+        return
+    if isinstance(store, ListsEntries):
+        yield from store.list_entries(prefix, exclude)
+        return
+    for key in store.list(prefix):
+        if not (exclude and key.startswith(exclude)):
+            yield Entry(key)
 
 
 def check_key(key: str) -> str:

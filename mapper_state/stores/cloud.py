@@ -5,7 +5,8 @@ spelled. Everything else is written once here: a request runs through
 :func:`~mapper_state.stores.retry.retrying` (the only retry layer: the SDKs'
 own retries are off), a permanent failure becomes a :class:`StoreError` through
 the store's own mapping, a conditional write refused after a retry checks whether
-its first attempt had landed, and listing follows continuation tokens.
+its first attempt had landed, and listing follows continuation tokens (skipping an
+excluded range of keys by starting the listing after it, where the service can).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import ClassVar, TypeVar
 from mapper_state.errors import ConfigError
 from mapper_state.stores.base import (
     Blob,
+    Entry,
     PreconditionFailed,
     StoreError,
     check_key,
@@ -28,8 +30,9 @@ from mapper_state.stores.base import (
 from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
 
 T = TypeVar("T")
-#: One page of a listing: the full object names and the token of the next page.
-Page = tuple[list[str], "str | None"]
+#: One page of a listing: ``(full object name, modified epoch seconds or None)`` pairs in
+#: name order, and the token of the next page.
+Page = tuple[list[tuple[str, "float | None"]], "str | None"]
 
 
 def split_location(location: str, scheme: str, container: str = "bucket") -> tuple[str, str]:
@@ -51,6 +54,8 @@ class CloudStore:
     """
 
     scheme: ClassVar[str]
+    #: Whether :meth:`_list_page` honours ``after`` (the service can start a listing at a key).
+    can_skip: ClassVar[bool] = True
 
     #: Does the service refuse a delete whose ``If-Match`` (generation) does not match?
     enforces_delete_conditions = True
@@ -94,8 +99,11 @@ class CloudStore:
         """The store error an SDK failure means, or ``None`` to let it propagate."""
         raise NotImplementedError
 
-    def _list_page(self, prefix: str, token: str | None) -> Page:
-        """One page of the objects whose full names start with ``prefix``."""
+    def _list_page(self, prefix: str, token: str | None, after: str | None = None) -> Page:
+        """One page of the objects whose full names start with ``prefix``, in name order.
+
+        With ``after``, the listing starts after every name that starts with ``after``.
+        """
         raise NotImplementedError
 
     def read(self, key: str) -> Blob | None:
@@ -164,13 +172,31 @@ class CloudStore:
             return version
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        for entry in self.list_entries(prefix):
+            yield entry.key
+
+    def list_entries(self, prefix: str = "", exclude: str | None = None) -> Iterator[Entry]:
+        """The keys under ``prefix`` but not under ``exclude``, with their modification times.
+
+        Listings come in name order, so once a page ends inside the excluded range the
+        next request starts after it, instead of paging through it.
+        """
         root = self.prefix + "/" if self.prefix else ""
+        if exclude and prefix.startswith(exclude):
+            return
+        skip = exclude if exclude and exclude.startswith(prefix) else None
         token: str | None = None
+        after: str | None = None
         while True:
-            names, token = self._call(
-                "list", prefix, functools.partial(self._list_page, root + prefix, token)
+            page, token = self._call(
+                "list", prefix, functools.partial(self._list_page, root + prefix, token, after)
             )
-            for name in names:
-                yield name[len(root) :]
+            for name, modified in page:
+                key = name[len(root) :]
+                if skip is None or not key.startswith(skip):
+                    yield Entry(key, modified)
             if not token:
                 return
+            last = page[-1][0][len(root) :] if page else ""
+            if skip is not None and self.can_skip and after is None and last.startswith(skip):
+                token, after = None, root + skip  # jump past the excluded range

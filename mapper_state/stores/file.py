@@ -21,6 +21,7 @@ from typing import Any
 from mapper_state.fdio import write_all
 from mapper_state.stores.base import (
     Blob,
+    Entry,
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
@@ -188,17 +189,36 @@ class FileStore:
             directory = directory.parent
 
     def list(self, prefix: str = "") -> Iterator[str]:
-        if not self.root.is_dir():
+        for key, _ in self._walk(prefix, None):
+            yield key
+
+    def list_entries(self, prefix: str = "", exclude: str | None = None) -> Iterator[Entry]:
+        """Keys with their files' modification times; an excluded directory is not walked."""
+        for key, path in self._walk(prefix, exclude):
+            try:
+                yield Entry(key, os.stat(path).st_mtime)
+            except FileNotFoundError:
+                continue  # deleted while listing
+
+    def _walk(self, prefix: str, exclude: str | None) -> Iterator[tuple[str, str]]:
+        """``(key, path)`` of the files under ``prefix``, starting at its deepest directory."""
+        if exclude and prefix.startswith(exclude):
             return
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            dirnames.sort()
+        start = self.root.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else self.root
+        if not start.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(start):
             rel = os.path.relpath(dirpath, self.root)
+            base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            if exclude:
+                dirnames[:] = [d for d in dirnames if not (base + d + "/").startswith(exclude)]
+            dirnames.sort()
             for name in sorted(filenames):
                 if name.startswith("."):
                     continue
-                key = name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}"
-                if key.startswith(prefix):
-                    yield key
+                key = base + name
+                if key.startswith(prefix) and not (exclude and key.startswith(exclude)):
+                    yield key, os.path.join(dirpath, name)
 
 
 def from_uri(location: str, options: Mapping[str, Any]) -> FileStore:

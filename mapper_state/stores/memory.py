@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from mapper_state.stores.base import Blob, PreconditionFailed, StoreType
+from mapper_state.stores.base import Blob, Entry, PreconditionFailed, StoreType
 
 _STORES: dict[str, MemoryStore] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -40,6 +40,7 @@ class MemoryStore:
         self.ignore_delete_conditions = ignore_delete_conditions or ignore_conditions
         self.latency = latency
         self._objects: dict[str, Blob] = {}
+        self._modified: dict[str, float] = {}
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
         self.requests = 0
@@ -73,6 +74,7 @@ class MemoryStore:
                 raise PreconditionFailed(f"{key} already exists")
             version = self._new_version()
             self._objects[key] = Blob(bytes(data), version)
+            self._modified[key] = time.time()
             return version
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
@@ -84,6 +86,7 @@ class MemoryStore:
                 raise PreconditionFailed(f"{key} changed since version {if_version}")
             version = self._new_version()
             self._objects[key] = Blob(bytes(data), version)
+            self._modified[key] = time.time()
             return version
 
     def delete(self, key: str, if_version: str | None = None) -> None:
@@ -98,13 +101,22 @@ class MemoryStore:
             ):
                 raise PreconditionFailed(f"{key} changed since version {if_version}")
             self._objects.pop(key, None)
+            self._modified.pop(key, None)
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        for entry in self.list_entries(prefix):
+            yield entry.key
+
+    def list_entries(self, prefix: str = "", exclude: str | None = None) -> Iterator[Entry]:
         self._wait()
         with self._lock:
             self.requests += 1
-            keys = sorted(k for k in self._objects if k.startswith(prefix))
-        yield from keys
+            entries = [
+                Entry(k, self._modified.get(k))
+                for k in sorted(self._objects)
+                if k.startswith(prefix) and not (exclude and k.startswith(exclude))
+            ]
+        yield from entries
 
 
 def from_uri(location: str, options: Mapping[str, Any]) -> MemoryStore:

@@ -192,10 +192,14 @@ def pump(
     dst_fd: int,
     scanner: LineScanner,
     check: Callable[[], None] | None = None,
+    scan_first: bool = False,
 ) -> PumpStats:
     """Copy ``src_fd`` to ``dst_fd`` until EOF, feeding every chunk to ``scanner``.
 
     ``check`` runs once per chunk (not per line) so a lost lease stops the stream.
+    A chunk is scanned once it has gone downstream, or before with ``scan_first``: after
+    the target every line read is a state the target confirmed, and scanning it first
+    means a signal arriving between the two calls cannot drop a state already echoed.
     Raises :class:`DownstreamClosed` when the output pipe breaks.
     """
     enlarge_pipe(src_fd)
@@ -209,10 +213,13 @@ def pump(
         n = readinto(buffer)
         if not n:
             break
+        if scan_first:
+            feed(buffer, n)
         write_downstream(dst_fd, view[:n])
         stats.bytes += n
         stats.chunks += 1
-        feed(buffer, n)
+        if not scan_first:
+            feed(buffer, n)
         if check is not None:
             check()
     scanner.finish()

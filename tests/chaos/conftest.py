@@ -152,7 +152,7 @@ def start_proxy() -> Iterator[Any]:
         proxy.stop()
 
 
-CLOUD = ("s3", "azure", "gcs")
+CLOUD = ("s3", "rgw", "azure", "gcs")  # rgw: Ceph's RADOS Gateway, a second real S3
 STORES = ("file", *CLOUD)
 
 
@@ -163,7 +163,12 @@ def cloud_location(request: pytest.FixtureRequest) -> StoreLocation:
 
 
 def location_for(request: pytest.FixtureRequest, kind: str) -> StoreLocation:
-    fixture = {"s3": "s3_location", "azure": "azure_location", "gcs": "gcs_location"}[kind]
+    fixture = {
+        "s3": "s3_location",
+        "rgw": "rgw_location",
+        "azure": "azure_location",
+        "gcs": "gcs_location",
+    }[kind]
     location: StoreLocation = request.getfixturevalue(fixture)
     return location
 

@@ -35,7 +35,6 @@ from tests.e2e.conftest import (  # noqa: F401  (fixtures)
     state_id,
     store,
 )
-from tests.e2e.postgres import postgres  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.e2e
 

@@ -8,12 +8,13 @@ A store's test module subclasses :class:`StoreContract` and provides two fixture
 from __future__ import annotations
 
 import functools
+import time
 
 import pytest
 
 from mapper_state.core import state
 from mapper_state.errors import LeaseLost
-from mapper_state.stores.base import BlobStore, PreconditionFailed
+from mapper_state.stores.base import BlobStore, PreconditionFailed, listing
 from tests.contract.racing import race
 
 
@@ -98,6 +99,45 @@ class StoreContract:
             "p/b/state.json",
             "q/state.json",
         ]
+
+    def test_listing_excludes_a_range_and_reports_modification_times(
+        self, store: BlobStore
+    ) -> None:
+        kept = ["-early/state.json", "a/state.json", "a/x", "z/state.json"]
+        hidden = [f".mapper-state/history/a/{i}.json" for i in range(3)]
+        before = time.time()
+        for key in kept + hidden:
+            store.create(key, b"{}")
+        entries = list(listing(store, exclude=".mapper-state/"))
+        assert sorted(e.key for e in entries) == kept
+        for entry in entries:  # the server's clock: allow for skew with this machine's
+            assert entry.modified is not None, f"{entry.key} has no modification time"
+            assert before - 300 < entry.modified < time.time() + 300
+        assert sorted(e.key for e in listing(store, "a/", exclude=".mapper-state/")) == kept[1:3]
+        assert list(listing(store, ".mapper-state/history/", exclude=".mapper-state/")) == []
+        assert sorted(e.key for e in listing(store, ".mapper-state/")) == hidden
+        assert sorted(store.list()) == sorted(kept + hidden)  # plain list: everything
+
+    def test_listing_skips_an_excluded_range_without_paging_through_it(
+        self, store: BlobStore
+    ) -> None:
+        if not getattr(store, "can_skip", False) or not hasattr(store, "page_size"):
+            pytest.skip("this store cannot start a listing at a key")
+        store.page_size = 2  # type: ignore[attr-defined]
+        pages = 0
+        original = store._list_page  # type: ignore[attr-defined]
+
+        def counted(*args: object) -> object:
+            nonlocal pages
+            pages += 1
+            return original(*args)
+
+        store._list_page = counted  # type: ignore[attr-defined]
+        keys = ["-a/state.json", "-b/state.json", "b/state.json", "c/state.json"]
+        for key in [*keys, *(f".mapper-state/history/b/{i:02d}.json" for i in range(12))]:
+            store.create(key, b"{}")
+        assert sorted(e.key for e in listing(store, exclude=".mapper-state/")) == keys
+        assert pages <= 4, f"{pages} pages for 4 keys, 2 a page: the excluded range was paged"
 
     def test_keys_with_meltano_ids(self, store: BlobStore) -> None:
         key = "dev:tap-a-to-target-b/state.json"

@@ -11,8 +11,9 @@ Every test under ``tests/e2e`` is marked ``e2e`` here (``pytest -m e2e`` selects
   session, with the schema name changed. Row ``i`` has ``updated_at = 2024-01-01 +
   i minutes``, so "new rows" are simply higher ids.
 * ``store``: where mapper-state keeps the state, a local directory by default;
-  ``@pytest.mark.parametrize("store", ["local", "s3"], indirect=True)`` adds a fresh
-  bucket on moto (the ``s3_location`` fixture of ``tests/servers.py``).
+  ``@pytest.mark.parametrize("store", ["local", "s3", "postgres"], indirect=True)`` adds
+  a fresh bucket on moto (the ``s3_location`` fixture of ``tests/servers.py``) or a
+  fresh table in the cluster the tap reads (``pg_location`` of ``tests/pg.py``).
 * ``jsonl`` / ``csv``: the two real targets, one output directory per run.
 * ``mapper``: runs the real ``mapper-state`` command with the store's settings in a
   clean environment.
@@ -37,7 +38,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import tools
-from tests.e2e.postgres import PostgresServer, postgres  # noqa: F401  (session fixture)
+from tests.pg import PostgresLocation, PostgresServer
 
 E2E_DIR = Path(__file__).resolve().parent
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -188,7 +189,7 @@ def discover_catalog(tap: Path, config: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def discovered_catalog(
-    postgres: PostgresServer,  # noqa: F811
+    postgres: PostgresServer,
     real_tools: Tools,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[str, dict[str, Any]]:
@@ -219,7 +220,7 @@ def catalog_for(discovered: tuple[str, dict[str, Any]], schema: str) -> dict[str
 
 @pytest.fixture
 def source(
-    postgres: PostgresServer,  # noqa: F811
+    postgres: PostgresServer,
     real_tools: Tools,
     discovered_catalog: tuple[str, dict[str, Any]],
     tmp_path: Path,
@@ -365,14 +366,26 @@ def _s3_store(location: Any) -> Store:
     return Store("s3", dict(location.env), read)
 
 
+def _postgres_store(location: PostgresLocation) -> Store:
+    """A fresh table in the session's cluster: the very database the tap reads."""
+
+    def read(key: str) -> bytes | None:
+        return next((data for k, data, _ in location.rows() if k == key), None)
+
+    return Store("postgres", dict(location.env), read)
+
+
 @pytest.fixture
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """A local store by default; parametrize indirectly with "s3" for a bucket on moto."""
+    """A local store by default; parametrize indirectly with "s3" for a bucket on moto, or
+    "postgres" for a table in the PostgreSQL server the tap reads."""
     kind = getattr(request, "param", "local")
     if kind == "local":
         return _local_store(tmp_path / "store")
     if kind == "s3":
         return _s3_store(request.getfixturevalue("s3_location"))
+    if kind == "postgres":
+        return _postgres_store(request.getfixturevalue("pg_location"))
     raise ValueError(f"unknown store {kind!r}")
 
 

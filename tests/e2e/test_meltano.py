@@ -204,7 +204,7 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
     assert "leaving state.json to Meltano (lock_only)" in first.stderr
     assert "keeping the lease on dev:tap-sample-to-target-jsonl until Meltano" in first.stderr
     assert_no_fencing_trouble(first.stderr)
-    assert not (store / STATE_ID / "history").exists()  # mapper-state wrote no state
+    assert not (store / ".mapper-state" / "history" / STATE_ID).exists()  # it wrote no state
     wait_until_free([STATE_ID], ours)
 
     # Meltano's state is what mapper-state reads ...
@@ -244,6 +244,48 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
     assert run.returncode == 0, run.stderr
     assert delivered(out) == [13, 14, 15]
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 15)}
+
+
+def test_the_history_survives_meltano_state_clear(tmp_path: Path) -> None:
+    """`meltano state clear ID` deletes `<store>/<ID>/` whole on the local backend: the
+    history lives elsewhere, so `mapper-state state rollback` brings the state back."""
+    data = tmp_path / "events.jsonl"
+    add_rows(data, 6)
+    project = make_project(tmp_path / "project", data)
+    store = project.root / ".meltano" / "state"
+    ours = clean_env(MAPPER_STATE_STATE_BACKEND__URI=f"file://{store}")
+    # a snapshot an earlier mapper-state version kept beside the state, in <ID>/history/
+    old = store / STATE_ID / "history" / "20200101T000000.000000Z-earlier.json"
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"run_id": "earlier", "singer_state": bookmark(data, 1)}))
+
+    first = project.run()
+    assert first.returncode == 0, first.stderr
+    assert_no_fencing_trouble(first.stderr)
+    wait_until_free([STATE_ID], ours)  # the keeper snapshots Meltano's state, then releases
+    history = mapper_state("state", "history", STATE_ID, "--format", "json", env=ours)
+    snaps = json.loads(history.stdout)
+    assert [s["singer_state"] for s in snaps] == [bookmark(data, 6), bookmark(data, 1)]
+    assert snaps[0]["written_by"] == "meltano run" and snaps[0]["current"]
+
+    cleared = project.meltano("state", "clear", "--force", STATE_ID)
+    assert cleared.returncode == 0, cleared.stderr
+    assert not (store / STATE_ID).exists()  # Meltano removed the whole folder
+    assert project.state_get(STATE_ID) == {}  # Meltano's view: no state
+
+    history = mapper_state("state", "history", STATE_ID, "--format", "json", env=ours)
+    assert history.returncode == 0, history.stderr
+    snaps = json.loads(history.stdout)
+    assert len(snaps) == 2  # the earlier place's snapshot was moved out of Meltano's reach
+    back = mapper_state("state", "rollback", STATE_ID, "--to", snaps[0]["snapshot"], env=ours)
+    assert back.returncode == 0, back.stderr
+    assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 6)}
+
+    add_rows(data, 2)
+    second = project.run()
+    assert second.returncode == 0, second.stderr
+    assert delivered(project.output) == [*range(1, 7), 7, 8]  # resumed, not from the start
+    wait_until_free([STATE_ID], ours)
 
 
 def test_a_state_id_of_its_own_and_a_missing_one(tmp_path: Path) -> None:

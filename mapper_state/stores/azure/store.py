@@ -61,6 +61,9 @@ class AzureBlobStore(CloudStore):
     """Blobs under ``prefix`` in one container; keys are relative to the prefix."""
 
     scheme = "azure"
+    # List Blobs has no start key (its marker is opaque; the SDK's ``start_from`` needs an
+    # API version Azurite lacks): an excluded range is paged through and filtered out.
+    can_skip = False
 
     def __init__(self, container: ContainerClient, prefix: str = "", **kwargs: Any) -> None:
         super().__init__(container.container_name, prefix, **kwargs)
@@ -168,14 +171,17 @@ class AzureBlobStore(CloudStore):
 
         self._call("delete", key, delete)
 
-    def _list_page(self, prefix: str, token: str | None) -> Page:
+    def _list_page(self, prefix: str, token: str | None, after: str | None = None) -> Page:
         pages = self.container.list_blobs(
             name_starts_with=prefix, results_per_page=self.page_size, **self._per_call()
         ).by_page(continuation_token=token)
-        names = [item.name for item in next(pages, [])]
+        entries = [
+            (item.name, item.last_modified.timestamp() if item.last_modified else None)
+            for item in next(pages, [])
+        ]
         # by_page() is typed as a plain iterator; at run time it is a PageIterator
         token_after: str | None = getattr(pages, "continuation_token", None)
-        return names, token_after
+        return entries, token_after
 
 
 def _code(exc: BaseException) -> str:

@@ -198,17 +198,21 @@ class GcsStore(CloudStore):
 
         self._call("delete", key, delete)
 
-    def _list_page(self, prefix: str, token: str | None) -> Page:
+    def _list_page(self, prefix: str, token: str | None, after: str | None = None) -> Page:
         blobs = self.client.list_blobs(
             self.bucket,
             prefix=prefix,
             page_token=token,
             page_size=self.page_size,
+            # the first name past every name under ``after``: its last character, plus one
+            start_offset=after[:-1] + chr(ord(after[-1]) + 1) if after else None,
             timeout=self.timeouts(),
             retry=None,
         )
-        names = [b.name for b in next(blobs.pages, [])]
-        return names, blobs.next_page_token
+        entries = [
+            (b.name, b.updated.timestamp() if b.updated else None) for b in next(blobs.pages, [])
+        ]
+        return entries, blobs.next_page_token
 
 
 class _UnsupportedCredentials(Exception):

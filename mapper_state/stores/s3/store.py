@@ -35,6 +35,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
     SSLError,
 )
+from urllib3.exceptions import HTTPError as _BodyError
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
@@ -65,6 +66,7 @@ _THROTTLE_CODES = {
     "RequestTimeout",
     "RequestLimitExceeded",
 }
+_LAST_CHARACTER = "\U0010ffff"
 _REGION_CODES = {
     "PermanentRedirect",
     "AuthorizationHeaderMalformed",
@@ -81,8 +83,8 @@ def _code_and_status(exc: ClientError) -> tuple[str, int]:
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, SSLError):
         return False  # a certificate problem does not go away by waiting
-    if isinstance(exc, (ConnectionError, HTTPClientError)):
-        return True
+    if isinstance(exc, (ConnectionError, HTTPClientError, _BodyError)):
+        return True  # _BodyError: the answer's body stalled or broke off while being read
     if isinstance(exc, ClientError):
         code, status = _code_and_status(exc)
         return status >= 500 or status == 429 or code in _THROTTLE_CODES
@@ -149,7 +151,7 @@ class S3Store(CloudStore):
                 f"{_SETTING}aws_access_key_id and {_SETTING}aws_secret_access_key, "
                 "or configure the standard AWS credential chain"
             )
-        if isinstance(exc, (ConnectionError, HTTPClientError)):
+        if isinstance(exc, (ConnectionError, HTTPClientError, _BodyError)):
             return StoreError(
                 f"cannot reach S3 at {self.endpoint} for {op} of {where}: "
                 f"{type(exc).__name__}{stats.summary()}"
@@ -194,15 +196,21 @@ class S3Store(CloudStore):
 
         return self._conditional_write(op, key, data, put)
 
-    def _list_page(self, prefix: str, token: str | None) -> Page:
+    def _list_page(self, prefix: str, token: str | None, after: str | None = None) -> Page:
         args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         if token:
             args["ContinuationToken"] = token
+        if after:
+            # S3 orders keys by their UTF-8 bytes: no name under ``after`` sorts past this one
+            args["StartAfter"] = after + _LAST_CHARACTER
         if self.page_size:
             args["MaxKeys"] = self.page_size
         page = self.client.list_objects_v2(**args)
-        names = [item["Key"] for item in page.get("Contents", [])]
-        return names, page.get("NextContinuationToken") if page.get("IsTruncated") else None
+        entries = [
+            (item["Key"], item["LastModified"].timestamp() if "LastModified" in item else None)
+            for item in page.get("Contents", [])
+        ]
+        return entries, page.get("NextContinuationToken") if page.get("IsTruncated") else None
 
     # -- the interface -----------------------------------------------------------
     def read(self, key: str) -> Blob | None:

@@ -1,12 +1,13 @@
-"""A throw-away PostgreSQL cluster for the end-to-end tests.
+"""A throw-away PostgreSQL cluster: the source of the end-to-end tests, and a store.
 
-Use it from a conftest or a test module::
-
-    from tests.e2e.postgres import postgres  # noqa: F401  (registers the fixture)
+A pytest plugin (``tests/conftest.py`` registers it), so any test can ask for it::
 
     def test_something(postgres):
         postgres.execute("CREATE TABLE t (id int PRIMARY KEY, updated_at timestamptz)")
         config = postgres.tap_config()
+
+    def test_a_store(pg_location):
+        store = pg_location.open()  # a postgresql:// store on a fresh table
 
 The session-scoped ``postgres`` fixture runs ``initdb`` in a fresh temporary directory,
 starts the server with ``pg_ctl`` on a free port of 127.0.0.1 (and a unix socket in the
@@ -15,7 +16,10 @@ immediate`` at the end of the session. ``initdb`` refuses to run as root: as roo
 cluster is owned and run by the ``postgres`` system user, or by a system user created
 for the purpose when that one does not exist. Missing binaries fail the tests (they are
 never skipped): set ``PG_BINDIR`` to the directory holding ``initdb`` and ``pg_ctl`` if
-they are somewhere unusual.
+they are somewhere unusual. ``pg_location`` gives each test a fresh table on it, as
+a :class:`PostgresLocation` (the ``StoreLocation`` of ``tests/servers.py``, for this
+store). ``running_postgres()`` starts a cluster of a test's own, for tests that stop,
+restart or freeze the server.
 """
 
 from __future__ import annotations
@@ -115,6 +119,56 @@ class PostgresServer:
             while cur.nextset():
                 pass
             return cur.fetchall() if cur.description is not None else []
+
+    def create_role(self, name: str, password: str, *grants: str) -> None:
+        """A login role with ``password``, and the given GRANT statements run for it."""
+        from psycopg import sql as pgsql
+
+        with self.connect() as conn:
+            conn.execute(
+                pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    pgsql.Identifier(name), pgsql.Literal(password)
+                )
+            )
+            for grant in grants:
+                conn.execute(grant.format(role=pgsql.Identifier(name).as_string(conn)))
+
+    def uri(self, table: str | None = None, user: str | None = None, **query: str) -> str:
+        """``postgresql://user@127.0.0.1:port/db?table=...``, without a password."""
+        params = {**({"table": table} if table else {}), **query}
+        tail = ("?" + "&".join(f"{k}={v}" for k, v in params.items())) if params else ""
+        return f"postgresql://{user or self.user}@{self.host}:{self.port}/{self.dbname}{tail}"
+
+    def pg_ctl(self, *args: str, timeout: float = 90) -> str:
+        """Run ``pg_ctl ARGS -D <data dir>`` as the cluster's owner."""
+        return _run(
+            [str(self.bin_dir / "pg_ctl"), *args, "-D", str(self.data_dir)],
+            self.os_user,
+            self.data_dir.parent,
+            timeout=timeout,
+        )
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every connection is terminated; same port and options."""
+        self.pg_ctl("restart", "-m", "fast", "-w", "-t", "60", "-l", str(self.log_file))
+
+    def processes(self) -> list[int]:
+        """The postmaster and every process it started (to freeze the whole server)."""
+        postmaster = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        found = [postmaster]
+        for entry in os.listdir("/proc"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+                    found.append(int(entry))
+        return found
+
+    def backend_pids(self, application_name: str) -> list[int]:
+        """The server processes serving connections of ``application_name``."""
+        rows = self.query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+        )
+        return [int(pid) for (pid,) in rows]
 
     def create_database(self, name: str) -> None:
         from psycopg import sql as pgsql
@@ -339,6 +393,53 @@ def running_postgres(dbname: str = "e2e") -> Iterator[PostgresServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class PostgresLocation:
+    """A fresh table on a cluster, as a store location (like ``tests.servers.StoreLocation``)."""
+
+    server: PostgresServer
+    table: str
+
+    @property
+    def uri(self) -> str:
+        return self.server.uri(self.table)
+
+    @property
+    def options(self) -> dict[str, str]:
+        return {"password": self.server.password}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for a ``mapper-state`` child process using this location."""
+        return {
+            "MAPPER_STATE_STATE_BACKEND__URI": self.uri,
+            "MAPPER_STATE_STATE_BACKEND__POSTGRES__PASSWORD": self.server.password,
+        }
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """A ``--config`` file's content for this location."""
+        return {"state_backend": {"uri": self.uri, "postgres": self.options}}
+
+    def open(self, uri: str | None = None, **overrides: Any) -> Any:  # -> PostgresStore
+        """A new client on this location (or on ``uri``), as another process would open it."""
+        from mapper_state.stores import open_store
+
+        return open_store(uri or self.uri, {"postgres": {**self.options, **overrides}})
+
+    def rows(self) -> list[tuple[str, bytes, int]]:
+        """The table's rows (key, data, version), read without mapper-state (none: no table)."""
+        name = f'public."{self.table}"'
+        if self.server.query("SELECT to_regclass(%s)", (name,)) == [(None,)]:
+            return []
+        return [
+            (str(k), bytes(d), int(v))
+            for k, d, v in self.server.query(
+                f'SELECT key, data, version FROM public."{self.table}" ORDER BY key'
+            )
+        ]
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """A throw-away PostgreSQL cluster (127.0.0.1, a free port) with an empty database."""
@@ -351,3 +452,9 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
     finally:
         cm.__exit__(None, None, None)
+
+
+@pytest.fixture
+def pg_location(postgres: PostgresServer) -> PostgresLocation:
+    """A fresh table name in the session's cluster (the store creates the table)."""
+    return PostgresLocation(postgres, "objects_" + secrets.token_hex(6))

@@ -1,0 +1,209 @@
+"""The Meltano plugin definition, used as a stranger would: real Meltano 4.4.1, the wheel.
+
+In a fresh project (a minimal ``meltano.yml`` with the sample tap and target-jsonl as
+custom plugins), ``meltano add --plugin-type mapper mapper-state --from-ref <file>``
+with the repository's plugin definition, its ``pip_url`` pointed at the wheel ``uv
+build`` made: Meltano installs the wheel into its own virtualenv under
+``.meltano/mappers/``. Then a mapping, and ``meltano run tap-sample remote-state
+target-jsonl`` twice: the second run delivers only the new rows.
+
+Meltano 4.x takes the plugin type as ``--plugin-type``; ``meltano add mapper
+mapper-state`` (the 3.x form) adds two plugins named ``mapper`` and ``mapper-state``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.dist import Dist
+from tests.e2e import tools
+from tests.e2e.test_meltano import add_rows, bookmark, delivered
+
+pytestmark = [pytest.mark.e2e, pytest.mark.wheel]
+
+DEFINITION = tools.REPO_ROOT / "plugins" / "mappers" / "mapper-state--mapper-state.yml"
+STATE_ID = "dev:tap-sample-to-target-jsonl"
+PIPELINE = ("tap-sample", "remote-state", "target-jsonl")
+
+
+class Project:
+    def __init__(self, root: Path, data: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True)
+        self.env = tools.tool_env(
+            MELTANO_SEND_ANONYMOUS_USAGE_STATS="false",
+            MELTANO_CLI_DISABLE_VERSION_CHECK="true",
+        )
+        doc = {
+            "default_environment": "dev",
+            "project_id": str(uuid.uuid4()),
+            "send_anonymous_usage_stats": False,
+            "environments": [{"name": "dev"}],
+            "state_backend": {"uri": f"file://{root}/.meltano/state"},
+            "plugins": {
+                "extractors": [
+                    {
+                        "name": "tap-sample",
+                        "namespace": "tap_sample",
+                        "executable": str(tools.project_bin("tap-sample")),
+                        "capabilities": ["catalog", "discover", "state", "about"],
+                        "config": {"data_path": str(data)},
+                    }
+                ],
+                "loaders": [
+                    {
+                        "name": "target-jsonl",
+                        "namespace": "target_jsonl",
+                        "executable": str(tools.target_jsonl()),
+                        "config": {
+                            "destination_path": str(self.output),
+                            "do_timestamp_file": False,
+                        },
+                    }
+                ],
+            },
+        }
+        self.write(doc)
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    def read(self) -> dict[str, Any]:
+        return yaml.safe_load((self.root / "meltano.yml").read_text())  # type: ignore[no-any-return]
+
+    def write(self, doc: dict[str, Any]) -> None:
+        (self.root / "meltano.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def meltano(
+        self, *args: str, timeout: float = 300, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(tools.meltano()), *args],
+            cwd=self.root,
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def definition_for(wheel: Path, dest: Path) -> Path:
+    """The repository's plugin definition with ``pip_url`` pointing at the built wheel."""
+    doc = yaml.safe_load(DEFINITION.read_text())
+    assert doc["pip_url"] == "mapper-state"
+    doc["pip_url"] = str(wheel)
+    dest.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
+
+
+def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
+    built_dist: Dist, tmp_path: Path
+) -> None:
+    data = tmp_path / "events.jsonl"
+    add_rows(data, 10)
+    project = Project(tmp_path / "project", data)
+    ref = definition_for(built_dist.wheel, tmp_path / "mapper-state.yml")
+
+    started = time.monotonic()
+    added = project.meltano(
+        "add", "--plugin-type", "mapper", "mapper-state", "--from-ref", str(ref)
+    )
+    add_seconds = time.monotonic() - started
+    assert added.returncode == 0, added.stdout + added.stderr
+    print(f"meltano add (installing the wheel): {add_seconds:.1f}s")
+
+    # Meltano kept the definition: every setting, its kind and sensitive flag
+    doc = project.read()
+    (mapper,) = doc["plugins"]["mappers"]
+    assert mapper["name"] == "mapper-state"
+    assert mapper["pip_url"] == str(built_dist.wheel)
+    assert mapper["settings"] == yaml.safe_load(DEFINITION.read_text())["settings"]
+    assert "utilities" not in doc["plugins"]
+
+    # ... and installed the wheel in a virtualenv of its own
+    venv = project.root / ".meltano" / "mappers" / "mapper-state" / "venv"
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import mapper_state; print(mapper_state.__file__)"],
+        cwd=tmp_path,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert venv in Path(where).parents, where
+    assert (venv / "bin" / "mapper-state").is_file()
+
+    mapper["mappings"] = [{"name": "remote-state", "config": {"state_id": STATE_ID}}]
+    project.write(doc)
+
+    # the settings as Meltano shows them, secrets redacted
+    listed = project.meltano(
+        "--log-level=warning",
+        "config",
+        "list",
+        "remote-state",
+        MAPPER_STATE_STATE_BACKEND_S3_AWS_SECRET_ACCESS_KEY="very-secret-value",
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "state_backend.s3.aws_secret_access_key" in listed.stdout
+    assert "very-secret-value" not in listed.stdout
+
+    first = project.meltano("run", *PIPELINE)
+    assert first.returncode == 0, first.stderr
+    assert delivered(project.output) == list(range(1, 11))
+    assert "leaving state.json to Meltano (lock_only)" in first.stderr
+    wait_until_free(venv, project)
+
+    add_rows(data, 3)
+    second = project.meltano("run", *PIPELINE)
+    assert second.returncode == 0, second.stderr
+    assert delivered(project.output) == [*range(1, 11), 11, 12, 13]  # only the new rows
+    wait_until_free(venv, project)
+
+    state = project.meltano("--log-level=warning", "state", "get", STATE_ID)
+    assert state.returncode == 0, state.stderr
+    assert json.loads(state.stdout) == {"singer_state": bookmark(data, 13)}
+    got = subprocess.run(
+        [str(venv / "bin" / "mapper-state"), "state", "get", STATE_ID],
+        cwd=tmp_path,
+        env={
+            **project.env,
+            "MAPPER_STATE_STATE_BACKEND__URI": f"file://{project.root}/.meltano/state",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == bookmark(data, 13)
+
+
+def wait_until_free(venv: Path, project: Project, timeout: float = 15) -> None:
+    """The lease goes within moments of ``meltano run`` returning."""
+    deadline = time.monotonic() + timeout
+    env = {
+        **project.env,
+        "MAPPER_STATE_STATE_BACKEND__URI": f"file://{project.root}/.meltano/state",
+    }
+    while True:
+        status = subprocess.run(
+            [str(venv / "bin" / "mapper-state"), "lock", "status", STATE_ID, "--format", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if json.loads(status.stdout)["free"]:
+            return
+        assert time.monotonic() < deadline, f"the lease was never released: {status.stdout}"
+        time.sleep(0.1)

@@ -1,0 +1,156 @@
+"""One stream at a time: `state get|set|clear --stream` and `--full-refresh-stream`,
+through the real command on the local store and on S3 (moto)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ON_BOTH
+from tests.helpers import StoreCli, state_line
+
+# singer-sdk's shapes: a plain bookmark, one with partitions, one still in progress
+SDK_STATE = {
+    "bookmarks": {
+        "users": {"replication_key": "updated_at", "replication_key_value": "2024-05-01"},
+        "orders": {
+            "partitions": [
+                {"context": {"shop": 1}, "replication_key_value": 10},
+                {"context": {"shop": 2}, "replication_key_value": 20},
+            ]
+        },
+        "events": {"progress_markers": {"Note": "sync in progress", "replication_key_value": 7}},
+    },
+    "currently_syncing": "events",
+}
+# a classic tap's flat bookmarks
+CLASSIC_STATE = {"bookmarks": {"public-users": {"xmin": 77, "version": 1}, "public-x": "2024"}}
+
+
+@pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)
+def test_get_set_and_clear_one_stream(store_cli: StoreCli) -> None:
+    cli = store_cli
+    cli.set("job", SDK_STATE)
+
+    got = cli("state", "get", "job", "--stream", "orders", "--format", "json")
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == SDK_STATE["bookmarks"]["orders"]
+
+    new = {"replication_key": "updated_at", "replication_key_value": "2024-06-01"}
+    done = cli("state", "set", "job", "--stream", "users", json.dumps(new))
+    assert done.returncode == 0, done.stderr
+    assert cli.get("job")["bookmarks"] == {**SDK_STATE["bookmarks"], "users": new}
+
+    cleared = cli("state", "clear", "job", "--stream", "events", "--stream", "orders")
+    assert cleared.returncode == 0, cleared.stderr
+    assert b"cleared the bookmark of events, orders in job" in cleared.stderr
+    # the other stream survives; currently_syncing no longer resumes a cleared stream
+    assert cli.get("job") == {"bookmarks": {"users": new}, "currently_syncing": None}
+
+    # every change is a history snapshot: the rollback the message names undoes it
+    undo = cleared.stderr.decode().split("`")[1].split()
+    assert undo[:3] == ["mapper-state", "state", "rollback"]
+    assert cli(*undo[1:]).returncode == 0
+    assert cli.get("job")["bookmarks"] == {**SDK_STATE["bookmarks"], "users": new}
+
+
+def test_classic_flat_bookmarks_and_a_new_stream(store_cli: StoreCli) -> None:
+    cli = store_cli
+    cli.set("job", CLASSIC_STATE)
+    assert cli.get("job", "--stream", "public-x") == "2024"
+    assert cli("state", "set", "job", "--stream", "public-new", '{"xmin": 1}').returncode == 0
+    assert cli.get("job")["bookmarks"]["public-new"] == {"xmin": 1}
+    assert cli("state", "clear", "job", "--stream", "public-users").returncode == 0
+    assert cli.get("job") == {"bookmarks": {"public-x": "2024", "public-new": {"xmin": 1}}}
+    # a stream's bookmark on stdin, into a state ID that has none yet
+    created = cli("state", "set", "other", "--stream", "s", "-", input=b'{"id": 5}')
+    assert created.returncode == 0, created.stderr
+    assert cli.get("other") == {"bookmarks": {"s": {"id": 5}}}
+
+
+def test_unknown_streams_change_nothing(store_cli: StoreCli) -> None:
+    cli = store_cli
+    cli.set("job", CLASSIC_STATE)
+    for args in (
+        ("get", "job", "--stream", "nope"),
+        ("clear", "job", "--stream", "public-x", "--stream", "nope"),
+    ):
+        result = cli("state", *args)
+        assert result.returncode == 10, result.stderr
+        err = result.stderr.decode()
+        assert (
+            "has no bookmark for stream nope (it has bookmarks for public-users, public-x)" in err
+        )
+    assert cli.get("job") == CLASSIC_STATE
+    missing = cli("state", "clear", "missing", "--stream", "s")
+    assert missing.returncode == 10 and b"missing not found" in missing.stderr
+    bad = cli("state", "set", "job", "--stream", "s", "not json")
+    assert bad.returncode == 6 and b"nothing was changed" in bad.stderr
+    null = cli("state", "set", "job", "--stream", "s", "null")
+    assert null.returncode == 6 and b"state clear job --stream s" in null.stderr
+    assert cli("state", "clear", "--all", "--stream", "s").returncode == 2
+    assert cli.get("job") == CLASSIC_STATE
+
+
+# -- a full refresh of one stream -------------------------------------------------------
+
+
+def test_filter_hands_the_tap_the_state_without_the_refreshed_streams(
+    store_cli: StoreCli, tmp_path: Path
+) -> None:
+    cli = store_cli
+    cli.set("job", SDK_STATE)
+    handed = tmp_path / "handed.json"
+    # the tap extracts orders from the start and carries the others forward
+    after = {"bookmarks": {**SDK_STATE["bookmarks"], "orders": {"replication_key_value": 3}}}
+    result = cli(
+        "--state-id",
+        "job",
+        "--state-file",
+        str(handed),
+        "--full-refresh-stream",
+        "orders",
+        "--full-refresh-stream",
+        "events",
+        input=state_line(after),
+    )
+    assert result.returncode == 0, result.stderr
+    bookmarks = dict(SDK_STATE["bookmarks"])
+    del bookmarks["orders"], bookmarks["events"]
+    assert json.loads(handed.read_text()) == {"bookmarks": bookmarks, "currently_syncing": None}
+    assert cli.get("job") == after
+
+
+@pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)
+def test_run_extracts_only_the_refreshed_stream_and_keeps_the_rest(
+    store_cli: StoreCli, tmp_path: Path
+) -> None:
+    cli = store_cli
+    fixtures = Path(__file__).parent / "fixtures"
+    cli.set("job", {"bookmarks": {"s": 5, "other": {"replication_key_value": "x"}}})
+    report = tmp_path / "tap.json"
+    result = cli(
+        "run",
+        "--state-id",
+        "job",
+        "--tap",
+        f"{sys.executable} {fixtures / 'tiny_tap.py'}",
+        "--target",
+        f"{sys.executable} {fixtures / 'tiny_target.py'} {tmp_path / 'out.jsonl'}",
+        "--full-refresh-stream",
+        "s",
+        TINY_TAP_REPORT=str(report),
+    )
+    assert result.returncode == 0, result.stderr
+    # the tap got the state without s: it started s from the beginning
+    assert json.loads(report.read_text())["state"] == {
+        "bookmarks": {"other": {"replication_key_value": "x"}}
+    }
+    out = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert [json.loads(line)["i"] for line in out] == [1, 2, 3]
+    # the tiny tap's states name s only: the guard kept the other stream's bookmark
+    assert cli.get("job") == {"bookmarks": {"s": 3, "other": {"replication_key_value": "x"}}}
+    assert b"has no bookmark for other, which the stored state has: kept it" in result.stderr
