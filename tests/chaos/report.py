@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 SKIP = {"test", "store", "budget"}
+#: Figures that name a variant of a test rather than count something: rows differ by them.
+KEYS = ("faults", "holder_skew", "contender_skew")
 
 
 def merge(a: Any, b: Any) -> Any:
@@ -41,7 +43,7 @@ def main(path: str) -> int:
     rows: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(dict)
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         raw = json.loads(line)
-        key = (raw["test"], raw["store"], str(raw.get("faults", "")))
+        key = (raw["test"], raw["store"], json.dumps([raw.get(k) for k in KEYS]))
         figures = {k: v for k, v in raw.items() if k not in SKIP}
         rows[key] = merge(rows[key], figures) if rows[key] else figures
     print("| test | store | figures |")

@@ -78,6 +78,7 @@ def operator_commands(state_id: str) -> list[list[str]]:
         ["state", "merge", state_id, '{"bookmarks": {"s": 1}}'],
         ["state", "clear", state_id, "--yes"],
         ["state", "history", state_id],
+        ["state", "diff", state_id],
         ["lock", "status", state_id],
         ["lock", "break", state_id, "--yes"],
         ["state", "copy", "fine", state_id],
