@@ -30,6 +30,7 @@ import orjson
 
 from mapper_state import log
 from mapper_state.core.lease import current_command
+from mapper_state.errors import BadInput, StateNotFound
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
 HISTORY_ROOT = ".mapper-state/history/"
@@ -324,6 +325,20 @@ def find(snapshots: list[Snapshot], ref: str) -> list[Snapshot]:
 
 
 # -- what changed ------------------------------------------------------------------
+
+
+def find_one(snapshots: list[Snapshot], ref: str, state_id: str) -> Snapshot:
+    """The one snapshot ``ref`` names; a clear error when it names none, or several."""
+    matches = find(snapshots, ref)
+    if not matches:
+        raise StateNotFound(
+            f"no snapshot {ref} in the history of {state_id} "
+            f"(`mapper-state state history {state_id}` lists them)"
+        )
+    if len(matches) > 1:
+        names = ", ".join(s.name for s in matches[:5])
+        raise BadInput(f"snapshot {ref} is ambiguous: it matches {names}")
+    return matches[0]
 
 
 def _changed_paths(old: Any, new: Any, path: str, depth: int) -> tuple[list[str], ...]:

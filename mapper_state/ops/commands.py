@@ -386,16 +386,7 @@ def rollback(
         snapshots = history.list_snapshots(store, state_id)
         if not snapshots:
             raise StateNotFound(f"state ID {state_id} has no history in {store.display_uri}")
-        matches = history.find(snapshots, ref)
-        if not matches:
-            raise StateNotFound(
-                f"no snapshot {ref} in the history of {state_id} "
-                f"(`mapper-state state history {state_id}` lists them)"
-            )
-        if len(matches) > 1:
-            names = ", ".join(s.name for s in matches[:5])
-            raise BadInput(f"snapshot {ref} is ambiguous: it matches {names}")
-        target = matches[0]
+        target = history.find_one(snapshots, ref, state_id)
         current = state.load(store, state_id)
         if current.exists and current.value == target.value:
             return target, False

@@ -145,16 +145,7 @@ def compare(state_id: str, old: Side, new: Side) -> StateDiff:
 
 
 def _snapshot_side(snapshots: list[history.Snapshot], ref: str, state_id: str) -> Side:
-    matches = history.find(snapshots, ref)
-    if not matches:
-        raise StateNotFound(
-            f"no snapshot {ref} in the history of {state_id} "
-            f"(`mapper-state state history {state_id}` lists them)"
-        )
-    if len(matches) > 1:
-        names = ", ".join(s.name for s in matches[:5])
-        raise BadInput(f"snapshot {ref} is ambiguous: it matches {names}")
-    snap = matches[0]
+    snap = history.find_one(snapshots, ref, state_id)
     return Side(snap.name, snap.time, snap.run_id, snap.value)
 
 
