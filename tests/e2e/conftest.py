@@ -193,8 +193,12 @@ def discovered_catalog(
     real_tools: Tools,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[str, dict[str, Any]]:
-    """The catalog tap-postgres discovers for an ``events`` table, once per session (1.6 s)."""
-    schema = "e2e_discovered"
+    """The catalog tap-postgres discovers for an ``events`` table, once per session (1.6 s).
+
+    The schema's name is unique: a module that imports this fixture (the chaos suite's
+    process kills) holds its own copy of it, discovered in the same cluster.
+    """
+    schema = "e2e_discovered_" + uuid.uuid4().hex[:8]
     create_table(postgres, schema)
     config = write_tap_config(postgres, schema, tmp_path_factory.mktemp("discover") / "tap.json")
     return schema, discover_catalog(real_tools.tap_postgres, config)
