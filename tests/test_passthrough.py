@@ -156,6 +156,35 @@ def test_scanner_matches_reference_for_any_chunking(
     assert found == reference_states(data.replace(b"\r\n", b"\n"))
 
 
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(lines, min_size=20, max_size=200), st.sampled_from([b"\n", b"\r\n"]))
+def test_scanner_matches_reference_where_the_word_state_is_common(
+    body: list[bytes], newline: bytes
+) -> None:
+    """Whole chunks with many lines holding ``"STATE"``: past 16 such lines the rest of a
+    chunk is searched for ``"type": "STATE"`` instead, and finds the same states."""
+    data = newline.join(body)
+    found: list[Any] = []
+    scanner = LineScanner(found.append, lambda _msg: None)
+    scanner.feed(data)
+    scanner.finish()
+    assert found == reference_states(data.replace(b"\r\n", b"\n"))
+
+
+def test_states_after_many_records_saying_state_are_all_found() -> None:
+    record = json.dumps({"type": "RECORD", "record": {"status": "STATE"}}).encode()
+    states = [{"n": n} for n in range(5)]
+    body = [record] * 100
+    for n, value in enumerate(states):
+        line = b'{"value": ' + json.dumps(value).encode() + b', "type" : "STATE"}'
+        body.insert(30 + 10 * n, line)
+    found: list[Any] = []
+    scanner = LineScanner(found.append, lambda _msg: None)
+    scanner.feed(b"\n".join(body) + b"\n")
+    scanner.finish()
+    assert found == states
+
+
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -1,8 +1,9 @@
 """The byte pump: every input byte reaches the output unchanged and in order.
 
 The hot path is large ``os.read``/``os.write`` calls on raw file descriptors;
-the only per-chunk work is a ``bytes.find`` for ``"STATE"``. Only lines holding
-that token are cut out and parsed, and a line is buffered across chunks only
+the only per-chunk work is a ``bytes.find`` for ``"STATE"`` (a regex search for
+``"type": "STATE"`` in chunks where that word is common). Only lines holding
+the token are cut out and parsed, and a line is buffered across chunks only
 while it may still be a STATE message, so a 200 MB RECORD line costs no memory.
 A state is handed on only after the bytes carrying it were written downstream.
 """
@@ -18,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from mapper_state import jsonio
 from mapper_state.errors import DownstreamClosed
 from mapper_state.fdio import write_all
 
@@ -33,6 +33,9 @@ HEAD_LIMIT = 1 << 16
 # substring search, and is used until a chunk shows that letter to be common.
 _LEAD = b"S"
 _MAX_FALSE_LEADS = 32
+# After this many lines holding the token in one chunk, the rest of the chunk is searched
+# for ``"type": "STATE"`` instead, so records that merely contain the word cost no parse.
+_MAX_TOKEN_LINES = 16
 _TYPE_FIRST = re.compile(rb'\s*\{\s*"type"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _LOOKS_LIKE_STATE = re.compile(rb'"type"\s*:\s*"STATE"')
 
@@ -129,11 +132,31 @@ class LineScanner:
 
     def _scan_complete_lines(self, chunk: bytes | bytearray, start: int, end: int) -> None:
         pos = find_token(chunk, start, end)
+        candidates = 0
         while pos >= 0:
             line_start = chunk.rfind(b"\n", start, pos) + 1 or start
             line_end = chunk.find(b"\n", pos, end + 1)
             self._line(chunk[line_start:line_end])
+            candidates += 1
+            if candidates >= _MAX_TOKEN_LINES:
+                self._scan_by_type(chunk, line_end, end)
+                return
             pos = find_token(chunk, line_end, end)
+
+    def _scan_by_type(self, chunk: bytes | bytearray, start: int, end: int) -> None:
+        """The rest of a chunk where ``"STATE"`` is common: only ``"type": "STATE"`` lines.
+
+        Records whose values say ``"STATE"`` are then skipped by one regex scan in C,
+        not cut out and parsed one by one.
+        """
+        search = _LOOKS_LIKE_STATE.search
+        m = search(chunk, start, end)
+        while m is not None:
+            pos = m.start()
+            line_start = chunk.rfind(b"\n", start, pos) + 1 or start
+            line_end = chunk.find(b"\n", pos, end + 1)
+            self._line(chunk[line_start:line_end])
+            m = search(chunk, line_end, end)
 
     def _extend_carry(self, piece: bytes | bytearray) -> None:
         if self.discarding or not piece:
@@ -162,8 +185,8 @@ class LineScanner:
 
     def _message(self, line: bytes | bytearray) -> None:
         try:
-            message = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            message = jsonio.loads(line)
+        except jsonio.DecodeError:
             if _LOOKS_LIKE_STATE.search(line):
                 self.on_bad("a STATE-looking line is not valid JSON; passed through, not stored")
             return
@@ -179,8 +202,8 @@ class LineScanner:
         if not line.strip():
             return
         try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            value = jsonio.loads(line)
+        except jsonio.DecodeError:
             self.on_bad("a line from the target is not a JSON state; passed through, not stored")
             return
         self.states += 1
