@@ -121,6 +121,26 @@ def test_state_file_regular_path_gets_prior_state(tmp_path: Path) -> None:
     assert json.loads(prior.read_bytes()) == {}
 
 
+def test_integers_beyond_64_bits_are_kept_exactly(tmp_path: Path) -> None:
+    """A bookmark of 2**64 or -2**63-1 is stored, handed back and shown digit for digit."""
+    value = {"bookmarks": {"s": {"replication_key_value": 2**64, "low": -(2**63) - 1}}}
+    result = run_cli("--state-id", "big", cwd=tmp_path, input=state_line(value))
+    assert result.returncode == 0, result.stderr
+    state_file = (store_of(tmp_path) / "big" / "state.json").read_text()
+    assert "18446744073709551616" in state_file and "-9223372036854775809" in state_file
+    assert stored_state(store_of(tmp_path), "big") == value
+    result = run_cli("--state-id", "big", "--state-file", "prior.json", cwd=tmp_path, input=b"")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "prior.json").read_bytes()) == value
+    shown = run_cli("state", "get", "big", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == value
+    bigger = {"bookmarks": {"s": {"replication_key_value": 10**30}}}
+    set_ = run_cli("state", "set", "big", json.dumps(bigger), cwd=tmp_path)
+    assert set_.returncode == 0, set_.stderr
+    assert json.loads(run_cli("state", "get", "big", cwd=tmp_path).stdout) == bigger
+
+
 def test_state_file_fifo_hands_the_prior_state_to_a_shell_pipeline(tmp_path: Path) -> None:
     """tap --state fifo | mapper-state --state-file fifo | target, as a shell runs it."""
     run_cli("--state-id", "fifo", cwd=tmp_path, input=stream(41))

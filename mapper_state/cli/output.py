@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 import click
-import orjson
 
+from mapper_state import jsonio
 from mapper_state.cli.common import command_settings
 from mapper_state.errors import BadInput, ExitCode, MapperStateError
 from mapper_state.ops import commands as ops
@@ -79,7 +79,7 @@ def parse_input(arg: str | None, meltano: bool) -> dict[str, Any]:
 
 
 def dump(value: Any, pretty: bool) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 if pretty else 0) + b"\n"
+    return jsonio.dumps(value, indent=pretty) + b"\n"
 
 
 def plural(n: int, noun: str) -> str:

@@ -7,9 +7,8 @@ import time
 from typing import Any
 
 import click
-import orjson
 
-from mapper_state import log
+from mapper_state import jsonio, log
 from mapper_state.cli.common import handle_errors, store_options
 from mapper_state.cli.output import (
     ago,
@@ -85,7 +84,7 @@ def state_list(
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
     ids = ops.list_state_ids(store, pattern)
     if output_format == "json":
-        out(orjson.dumps(ids) + b"\n")
+        out(jsonio.dumps(ids) + b"\n")
     elif ids:
         out("".join(f"{i}\n" for i in ids))
     else:
@@ -107,7 +106,7 @@ def _fleet(
     shown = pipelines if limit is None else fleet.stale(pipelines, limit, now)
     shown = fleet.details(store, shown)
     if output_format == "json":
-        out(orjson.dumps([_pipeline_doc(p, now) for p in shown]) + b"\n")
+        out(jsonio.dumps([_pipeline_doc(p, now) for p in shown]) + b"\n")
     elif shown:
         out(_fleet_table(shown, now))
     if limit is None:
@@ -266,8 +265,8 @@ def _write_command(
 def _parse_bookmark(arg: str | None) -> Any:
     data, where = read_input(arg)
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        return jsonio.loads(data)
+    except jsonio.DecodeError as exc:
         raise BadInput(f"{where} is not valid JSON ({exc}); nothing was changed") from None
 
 
@@ -418,7 +417,7 @@ def state_export(ctx: click.Context, /, pattern: str | None, meltano: bool, **kw
     if meltano:
         doc = {i: state.meltano_document(v) for i, v in ops.export_states(store, pattern)}
         count = len(doc)
-        out(orjson.dumps(doc) + b"\n")
+        out(jsonio.dumps(doc) + b"\n")
     else:
         for state_id, value in ops.export_states(store, pattern):
             out(ops.export_line(state_id, value))
@@ -499,7 +498,7 @@ def state_history(ctx: click.Context, /, state_id: str, output_format: str, **kw
     )
     if output_format == "json":
         out(
-            orjson.dumps(
+            jsonio.dumps(
                 [
                     {
                         "snapshot": s.name,
@@ -574,7 +573,7 @@ def state_diff(
     _, store = open_store(ctx, kw["settings_flags"], kw["config_files"])
     result = diff.diff(store, state_id, refs)
     if output_format == "json":
-        out(orjson.dumps(_diff_doc(result)) + b"\n")
+        out(jsonio.dumps(_diff_doc(result)) + b"\n")
     else:
         out(_diff_text(result))
 
@@ -610,7 +609,7 @@ def _diff_doc(result: diff.StateDiff) -> dict[str, Any]:
 
 
 def _shown(value: Any, limit: int = 80) -> str:
-    text = orjson.dumps(value).decode()
+    text = jsonio.dumps(value).decode()
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -26,9 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
-
-from mapper_state import log
+from mapper_state import jsonio, log
 from mapper_state.core.lease import current_command
 from mapper_state.errors import BadInput, StateNotFound
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
@@ -129,9 +127,9 @@ def _read_at(store: BlobStore, key: str, name: str) -> Snapshot | None:
     if blob is None:
         return None
     try:
-        doc = orjson.loads(blob.data)
+        doc = jsonio.loads(blob.data)
         value = doc["singer_state"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+    except (jsonio.DecodeError, KeyError, TypeError):
         return None
     match = _NAME.match(name)
     assert match is not None
@@ -227,7 +225,7 @@ def write_snapshot(
             "singer_state": value,
         }
         try:
-            store.create(snapshot_key(state_id, name), orjson.dumps(doc))
+            store.create(snapshot_key(state_id, name), jsonio.dumps(doc))
             break
         except PreconditionFailed:  # the same name in the same microsecond: take the next one
             names = sorted([*names, name])

@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from mapper_state import jsonio
 from mapper_state.errors import InvalidStateId, LeaseLost
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
@@ -129,13 +128,13 @@ def encode_document(value: Any, *, serial: int = 1, run_id: str = "") -> bytes:
     """The bytes of Meltano's document for a Singer state value, with who wrote it."""
     doc = meltano_document(value)
     doc[WRITER_KEY] = {"serial": serial, "run_id": run_id, "written_at": round(time.time(), 6)}
-    return orjson.dumps(doc)
+    return jsonio.dumps(doc)
 
 
 def _parse(data: bytes, where: str) -> Any:
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
+        return jsonio.loads(data)
+    except jsonio.DecodeError:
         raise StoreError(f"{where} is not valid JSON; fix or clear it") from None
 
 

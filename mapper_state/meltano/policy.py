@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import orjson
-
-from mapper_state import log
+from mapper_state import jsonio, log
 from mapper_state.core.lease import Lease
 from mapper_state.core.session import RunHooks
 from mapper_state.core.state import StateSnapshot
@@ -122,8 +120,8 @@ def check_handed_state(
     except OSError:
         return  # no state handed over: a first run or --full-refresh
     try:
-        handed = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        handed = jsonio.loads(data)
+    except jsonio.DecodeError:
         return
     if handed == prior.value:
         return

@@ -23,9 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import orjson
-
-from mapper_state import log, signals
+from mapper_state import jsonio, log, signals
 from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
 from mapper_state.modes import metrics
@@ -94,7 +92,7 @@ def private_state_file(session: Session) -> Iterator[str | None]:
     fd, path = tempfile.mkstemp(prefix="mapper-state-", suffix=".json")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(value))
+            f.write(jsonio.dumps(value))
         yield path
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -19,9 +19,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
-from mapper_state import log
+from mapper_state import jsonio, log
 from mapper_state.core import history, state
 from mapper_state.core.lease import Lease, LeaseRecord, read_lease
 from mapper_state.core.state import StateSnapshot, state_key, validate_state_id
@@ -155,8 +153,8 @@ def get_state(store: BlobStore, state_id: str) -> Any:
 def parse_state(data: bytes, *, meltano: bool, where: str) -> dict[str, Any]:
     """A Singer state given by the user, bare or (``meltano``) as ``{"singer_state": ...}``."""
     try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        doc = jsonio.loads(data)
+    except jsonio.DecodeError as exc:
         raise BadInput(f"{where} is not valid JSON ({exc}); nothing was changed") from None
     if meltano:
         if not isinstance(doc, dict) or set(doc) != {"singer_state"}:
@@ -407,7 +405,7 @@ def export_states(store: BlobStore, pattern: str | None = None) -> Iterator[tupl
 
 def export_line(state_id: str, value: Any) -> bytes:
     """One line of ``state export``: ``{"state_id": ..., "singer_state": ...}``."""
-    return orjson.dumps({"state_id": state_id, "singer_state": value}) + b"\n"
+    return jsonio.dumps({"state_id": state_id, "singer_state": value}) + b"\n"
 
 
 @dataclass(frozen=True)
@@ -483,16 +481,16 @@ def parse_import(data: bytes, *, state_id: str | None = None) -> list[ImportEntr
         return []
     docs: list[tuple[int, Any]]
     try:
-        whole = orjson.loads(data)  # one document, possibly pretty-printed
+        whole = jsonio.loads(data)  # one document, possibly pretty-printed
         docs = _from_meltano_export(whole) if _meltano_export(whole) else [(1, whole)]
-    except orjson.JSONDecodeError:
+    except jsonio.DecodeError:
         docs = []
         for number, line in enumerate(data.split(b"\n"), 1):
             if not line.strip():
                 continue
             try:
-                docs.append((number, orjson.loads(line)))
-            except orjson.JSONDecodeError as exc:
+                docs.append((number, jsonio.loads(line)))
+            except jsonio.DecodeError as exc:
                 raise BadInput(
                     f"line {number} is not valid JSON ({exc}); nothing imported"
                 ) from None

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-import orjson
-
+from mapper_state import jsonio
 from mapper_state.core import bookmarks, history, state
 from mapper_state.errors import BadInput, StateNotFound
 from mapper_state.stores.base import BlobStore
@@ -96,7 +95,7 @@ def _partition_changes(old: list[Any], new: list[Any], path: str) -> list[Change
 
     def by_context(parts: list[Any]) -> dict[str, Any]:
         return {
-            orjson.dumps(p["context"], option=orjson.OPT_SORT_KEYS).decode(): {
+            jsonio.dumps(p["context"], sort_keys=True).decode(): {
                 k: v for k, v in p.items() if k != "context"
             }
             for p in parts

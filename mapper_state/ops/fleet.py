@@ -19,8 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-import orjson
-
+from mapper_state import jsonio
 from mapper_state.core import history, state
 from mapper_state.core.lease import LEASE_FILE, LeaseRecord, lease_key
 from mapper_state.errors import ConfigError
@@ -128,14 +127,14 @@ def _details(store: BlobStore, pipeline: Pipeline, now: float) -> Pipeline:
     value: Any = None
     if blob is not None:
         try:
-            doc = orjson.loads(blob.data)
+            doc = jsonio.loads(blob.data)
             value = state.singer_state(doc)
             ours = doc.get("mapper_state") if isinstance(doc, dict) else None
             if isinstance(ours, dict):
                 writer = str(ours["run_id"]) if ours.get("run_id") else None
                 if written is None:
                     written = _written_at(ours.get("written_at"))
-        except (orjson.JSONDecodeError, ValueError):
+        except (jsonio.DecodeError, ValueError):
             pass
     if writer is None and pipeline.newest_snapshot is not None:
         newest = history.read_snapshot(store, pipeline.state_id, pipeline.newest_snapshot)

@@ -18,8 +18,7 @@ import threading
 import time
 from typing import Any
 
-import orjson
-
+from mapper_state import jsonio
 from mapper_state.errors import ConfigError
 from mapper_state.fdio import write_all
 
@@ -99,7 +98,7 @@ class PipeHandoff:
 
 def hand_off(path: str, value: Any) -> PipeHandoff | None:
     """Give ``value`` to the tap at ``path``; for a pipe, return the background writer."""
-    data = orjson.dumps(value)
+    data = jsonio.dumps(value)
     if is_pipe(path):
         writer = PipeHandoff(path)
         writer.start(data)
