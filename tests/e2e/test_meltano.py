@@ -204,8 +204,14 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
     assert "leaving state.json to Meltano (lock_only)" in first.stderr
     assert "keeping the lease on dev:tap-sample-to-target-jsonl until Meltano" in first.stderr
     assert_no_fencing_trouble(first.stderr)
-    assert not (store / ".mapper-state" / "history" / STATE_ID).exists()  # it wrote no state
     wait_until_free([STATE_ID], ours)
+    # state.json is Meltano's own (no writer record of ours); the keeper kept it in the history
+    assert "mapper_state" not in json.loads((store / STATE_ID / "state.json").read_bytes())
+    kept = mapper_state("state", "history", STATE_ID, "--format", "json", env=ours)
+    assert kept.returncode == 0, kept.stderr
+    assert [(s["singer_state"], s["current"]) for s in json.loads(kept.stdout)] == [
+        (bookmark(data, 10), True)
+    ]
 
     # Meltano's state is what mapper-state reads ...
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 10)}
