@@ -10,10 +10,10 @@ sets ``MAPPER_STATE_CHAOS=full``. Single figures can be set on their own:
 variable                           what                                 ci    full
 =================================  ===================================  ====  =====
 ``MAPPER_STATE_CHAOS_PROCESSES``   holders racing for one lease         8     8
-``MAPPER_STATE_CHAOS_ROUNDS``      rounds per holder (the Lease class)  10    200
+``MAPPER_STATE_CHAOS_ROUNDS``      rounds per holder (the Lease class)  5     200
 ``MAPPER_STATE_CHAOS_CLI_ROUNDS``  rounds per holder (``mapper-state    2     20
                                    run`` as the holder)
-``MAPPER_STATE_CHAOS_FAULT_RUNS``  filter runs through a faulty proxy,  4     40
+``MAPPER_STATE_CHAOS_FAULT_RUNS``  filter runs through a faulty proxy,  2     40
                                    per store
 ``MAPPER_STATE_CHAOS_KILL_ROUNDS`` SIGKILL rounds in the real pipeline  3     50
 ``MAPPER_STATE_CHAOS_EXAMPLES``    hypothesis examples per property     100   2000
@@ -47,9 +47,9 @@ FULL = os.environ.get("MAPPER_STATE_CHAOS", "").lower() == "full"
 
 _DEFAULTS = {  # name: (ci, full)
     "processes": (8, 8),
-    "rounds": (10, 200),
+    "rounds": (5, 200),
     "cli_rounds": (2, 20),
-    "fault_runs": (4, 40),
+    "fault_runs": (2, 40),
     "kill_rounds": (3, 50),
     "examples": (100, 2000),
 }
