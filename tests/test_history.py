@@ -16,7 +16,7 @@ from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli
+from tests.helpers import StoreCli, count_pages
 from tests.helpers import on_store as mapper
 from tests.servers import StoreLocation
 
@@ -262,15 +262,7 @@ def test_listing_states_does_not_page_through_the_history(s3_location: StoreLoca
             history.write_snapshot(
                 store, f"id-{n}", {}, run_id=f"r{run}", keep=50, host="", command=""
             )
-    pages = 0
-    original = store._list_page  # type: ignore[attr-defined]
-
-    def counted(*args: object) -> object:
-        nonlocal pages
-        pages += 1
-        return original(*args)
-
-    store._list_page = counted  # type: ignore[attr-defined]
+    pages = count_pages(store)
     assert ops.list_state_ids(store) == [f"id-{n}" for n in range(5)]
     # one page that runs into the history (it sorts before "id-"), then one past it
-    assert pages == 2, pages
+    assert pages() == 2, pages()
