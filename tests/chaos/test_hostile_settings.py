@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mapper_state.cli import main
@@ -181,6 +181,11 @@ safe_uris = st.sampled_from(
         max_size=3,
     ),
     uri=safe_uris,
+)
+# found by this test: a region botocore refuses was an internal error (exit 1)
+@example(flags=[], env=[], file_settings={"state_backend.s3.region": "0"}, uri="s3:///x")
+@example(
+    flags=[], env=[], file_settings={"state_backend.s3.endpoint_url": "http://a b"}, uri="s3:///x"
 )
 def test_any_settings_work_or_fail_in_one_line(
     tmp_path_factory: Any, flags: list[Any], env: list[Any], file_settings: dict[str, Any], uri: str

@@ -31,6 +31,7 @@ from botocore.exceptions import (
     ConnectionError,
     CredentialRetrievalError,
     HTTPClientError,
+    InvalidRegionError,
     NoCredentialsError,
     PartialCredentialsError,
     SSLError,
@@ -328,7 +329,15 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
     )
 
     def client_for_timeout(attempt_seconds: float) -> Any:
-        return session.client("s3", endpoint_url=endpoint, config=config(attempt_seconds))
+        try:
+            return session.client("s3", endpoint_url=endpoint, config=config(attempt_seconds))
+        except InvalidRegionError:
+            raise ConfigError(
+                f"setting {_SETTING}region (or AWS_REGION) is not a region name: "
+                f"{session.region_name!r}"
+            ) from None
+        except ValueError as exc:  # botocore's "Invalid endpoint: ..."
+            raise ConfigError(f"setting {_SETTING}endpoint_url is not usable: {exc}") from None
 
     return S3Store(
         client_for_timeout(30.0),
