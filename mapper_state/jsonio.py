@@ -33,7 +33,10 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     value = orjson.loads(raw)  # validates exactly as orjson does (UTF-8, no NaN, depth)
     if not _has_inexact_number(value):
         return value
-    return json.loads(bytes(raw).decode(), parse_constant=_no_constants)
+    try:
+        return json.loads(bytes(raw).decode(), parse_constant=_no_constants)
+    except RecursionError:  # nested deeper than the standard parser goes: orjson's reading
+        return value
 
 
 def _has_inexact_number(value: Any) -> bool:
