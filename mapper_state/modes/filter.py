@@ -45,18 +45,17 @@ def run_filter(
         if state_file:
             handoff.release_reader(state_file)
         raise
-    with metrics.recorded(run_metrics):
-        code = _run_filter(
+    return metrics.measured(
+        run_metrics,
+        lambda: _run_filter(
             settings,
             state_file=state_file,
             hooks=hooks,
             after_target=after_target,
             input_path=input_path,
             run_metrics=run_metrics,
-        )
-        if run_metrics is not None:
-            run_metrics.exit_code = code
-        return code
+        ),
+    )
 
 
 def _run_filter(

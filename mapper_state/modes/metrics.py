@@ -13,7 +13,6 @@ without one (and ``mapper-state --version``) does not pay for it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -152,22 +151,20 @@ def open_metrics(settings: Settings) -> RunMetrics | None:
     return RunMetrics(path, settings.state_id or "")
 
 
-@contextlib.contextmanager
-def recorded(metrics: RunMetrics | None) -> Iterator[None]:
-    """Write the metrics at exit, with the exit code the run ends with (set ``exit_code``
-    before leaving on success; an exception's code is taken from it)."""
+def measured(metrics: RunMetrics | None, run: Callable[[], int]) -> int:
+    """Run ``run`` and return its exit code; with metrics, write them at exit with that code
+    (or the code an exception ends the run with)."""
     if metrics is None:
-        yield
-        return
+        return run()
     try:
-        yield
+        code = run()
     except BaseException as exc:
         metrics.exit_code = _exit_code(exc)
         metrics.write()
         raise
-    if metrics.exit_code is None:
-        metrics.exit_code = int(ExitCode.OK)
+    metrics.exit_code = code
     metrics.write()
+    return code
 
 
 def attach(metrics: RunMetrics | None, session: Session) -> None:

@@ -189,11 +189,9 @@ def run_pipeline(settings: Settings, hooks: RunHooks | None = None) -> int:
     """Run tap | target under the lease; return the exit code (README, exit codes)."""
     tap_cmd, target_cmd = command_line(settings, "tap"), command_line(settings, "target")
     run_metrics = metrics.open_metrics(settings)
-    with metrics.recorded(run_metrics):
-        code = _run_pipeline(settings, hooks, tap_cmd, target_cmd, run_metrics)
-        if run_metrics is not None:
-            run_metrics.exit_code = code
-        return code
+    return metrics.measured(
+        run_metrics, lambda: _run_pipeline(settings, hooks, tap_cmd, target_cmd, run_metrics)
+    )
 
 
 def _run_pipeline(
