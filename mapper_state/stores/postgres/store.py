@@ -479,12 +479,7 @@ class PostgresStore:
             return int(row[0]) if row else None
 
         version, stats = self._run("create", key, insert)
-        if version is None:
-            landed = landed_version(self, key, data, retried=stats.retried)
-            if landed is None:
-                raise PreconditionFailed(f"{self._where(key)} already exists")
-            return landed
-        return str(version)
+        return self._written(key, data, version, stats, "already exists")
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
         check_key(key)
@@ -504,12 +499,19 @@ class PostgresStore:
             return int(row[0]) if row else None
 
         version, stats = self._run("replace", key, update)
-        if version is None:
-            landed = landed_version(self, key, data, retried=stats.retried)
-            if landed is None:
-                raise PreconditionFailed(f"{self._where(key)} changed since version {if_version}")
-            return landed
-        return str(version)
+        return self._written(key, data, version, stats, f"changed since version {if_version}")
+
+    def _written(
+        self, key: str, data: bytes, version: int | None, stats: RetryStats, refusal: str
+    ) -> str:
+        """The version a conditional write produced. When its statement matched nothing, a
+        retried attempt may already have landed these bytes: that version, or refused."""
+        if version is not None:
+            return str(version)
+        landed = landed_version(self, key, data, retried=stats.retried)
+        if landed is None:
+            raise PreconditionFailed(f"{self._where(key)} {refusal}")
+        return landed
 
     def delete(self, key: str, if_version: str | None = None) -> None:
         check_key(key)
