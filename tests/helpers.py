@@ -228,3 +228,13 @@ def count_pages(store: Any) -> Callable[[], int]:
 
     store._list_page = counted
     return lambda: pages
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: The tiny Singer tap of ``tests/fixtures`` as a ``--tap`` command line.
+TINY_TAP = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
+
+
+def tiny_target(out: Path) -> str:
+    """The tiny Singer target of ``tests/fixtures``, writing to ``out``, as a command line."""
+    return f"{sys.executable} {FIXTURES / 'tiny_target.py'} {out}"

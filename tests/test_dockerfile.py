@@ -13,16 +13,14 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import MAPPER, clean_env, stored_state
+from tests.helpers import MAPPER, TINY_TAP, clean_env, stored_state, tiny_target
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
@@ -165,8 +163,8 @@ def test_entrypoint_runs_the_job_from_environment_only(tmp_path: Path) -> None:
     env.update(
         MAPPER_STATE_STATE_ID="prod:tiny-to-tiny",
         MAPPER_STATE_STATE_BACKEND__URI=f"file://{tmp_path / 'bucket'}",
-        MAPPER_STATE_TAP=f"{sys.executable} {FIXTURES / 'tiny_tap.py'}",
-        MAPPER_STATE_TARGET=f"{sys.executable} {FIXTURES / 'tiny_target.py'} {tmp_path / 'out'}",
+        MAPPER_STATE_TAP=TINY_TAP,
+        MAPPER_STATE_TARGET=tiny_target(tmp_path / "out"),
     )
     result = subprocess.run(
         [MAPPER, *entrypoint[1:]],

@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from mapper_state.core import bookmarks
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, state_line
+from tests.helpers import TINY_TAP, StoreCli, state_line, tiny_target
 
-FIXTURES = Path(__file__).parent / "fixtures"
 PRIOR = {"bookmarks": {"users": {"replication_key_value": "2024-05-01"}, "orders": {"id": 9}}}
 REFUSED = "not committing a state without bookmarks over the state of job"
 
@@ -24,9 +22,9 @@ def run_pipeline(cli: StoreCli, tmp_path: Path, *extra: str, **env: str):  # typ
         "--state-id",
         "job",
         "--tap",
-        f"{sys.executable} {FIXTURES / 'tiny_tap.py'}",
+        TINY_TAP,
         "--target",
-        f"{sys.executable} {FIXTURES / 'tiny_target.py'} {tmp_path / 'out.jsonl'}",
+        tiny_target(tmp_path / "out.jsonl"),
         *extra,
         **env,
     )

@@ -15,9 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from mapper_state.core.lease import Lease
 from mapper_state.stores.file import FileStore
 from tests.conftest import ON_BOTH
-from tests.helpers import MAPPER, StoreCli, clean_env, record_line, state_line, wait_until
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.helpers import (
+    MAPPER,
+    TINY_TAP,
+    StoreCli,
+    clean_env,
+    record_line,
+    state_line,
+    tiny_target,
+    wait_until,
+)
 
 
 def samples(path: Path) -> dict[str, tuple[dict[str, str], float]]:
@@ -67,9 +74,9 @@ def test_run_writes_its_metrics(store_cli: StoreCli, tmp_path: Path) -> None:
         "--state-id",
         "job",
         "--tap",
-        f"{sys.executable} {FIXTURES / 'tiny_tap.py'}",
+        TINY_TAP,
         "--target",
-        f"{sys.executable} {FIXTURES / 'tiny_target.py'} {tmp_path / 'out.jsonl'}",
+        tiny_target(tmp_path / "out.jsonl"),
         "--metrics-file",
         str(metrics),
         TINY_TARGET_EMPTY_STATE_AT_END="1",

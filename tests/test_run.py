@@ -5,26 +5,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import (
+    TINY_TAP,
     clean_env,
     run_cli,
     spawn_cli,
     stored_state,
+    tiny_target,
     wait_for_lease,
     wait_until,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
-TAP = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
+TAP = TINY_TAP
 
 
 def target(tmp_path: Path) -> str:
-    return f"{sys.executable} {FIXTURES / 'tiny_target.py'} {tmp_path / 'out.jsonl'}"
+    return tiny_target(tmp_path / "out.jsonl")
 
 
 def delivered(tmp_path: Path) -> list[int]:

@@ -4,13 +4,12 @@ through the real command on the local store and on S3 (moto)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, state_line
+from tests.helpers import TINY_TAP, StoreCli, state_line, tiny_target
 
 # singer-sdk's shapes: a plain bookmark, one with partitions, one still in progress
 SDK_STATE = {
@@ -129,7 +128,6 @@ def test_run_extracts_only_the_refreshed_stream_and_keeps_the_rest(
     store_cli: StoreCli, tmp_path: Path
 ) -> None:
     cli = store_cli
-    fixtures = Path(__file__).parent / "fixtures"
     cli.set("job", {"bookmarks": {"s": 5, "other": {"replication_key_value": "x"}}})
     report = tmp_path / "tap.json"
     result = cli(
@@ -137,9 +135,9 @@ def test_run_extracts_only_the_refreshed_stream_and_keeps_the_rest(
         "--state-id",
         "job",
         "--tap",
-        f"{sys.executable} {fixtures / 'tiny_tap.py'}",
+        TINY_TAP,
         "--target",
-        f"{sys.executable} {fixtures / 'tiny_target.py'} {tmp_path / 'out.jsonl'}",
+        tiny_target(tmp_path / "out.jsonl"),
         "--full-refresh-stream",
         "s",
         TINY_TAP_REPORT=str(report),

@@ -13,7 +13,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from mapper_state.cli import main
 from mapper_state.config import catalog
 from tests.chaos import cli
 from tests.chaos.conftest import BUDGET, STORES, file_location, location_for
-from tests.helpers import MAPPER, clean_env
+from tests.helpers import MAPPER, TINY_TAP, clean_env, tiny_target
 from tests.servers import StoreLocation
 
 BAD_IDS = [
@@ -53,9 +52,7 @@ def process_commands(state_id: str, tmp: Path) -> list[list[str]]:
     A NUL cannot travel in an argument or an environment variable, so it comes in a
     ``--config`` file (for the filter and ``run``), as from a Meltano mapping's config.
     """
-    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
-    tap = f"{sys.executable} {fixtures / 'tiny_tap.py'}"
-    target = f"{sys.executable} {fixtures / 'tiny_target.py'} {tmp / 'o'}"
+    tap, target = TINY_TAP, tiny_target(tmp / "o")
     config = tmp / "bad-id.json"
     config.write_text(json.dumps({"state_id": state_id}))
     via_config = [
@@ -212,8 +209,7 @@ def test_local_files_and_temp_files_are_0600_whatever_the_umask(tmp_path: Path) 
     """State, lease, history, lock sidecars, the run's state file and --state-file: 0600."""
     store = tmp_path / "store"
     report = tmp_path / "tap-report.json"
-    tap = f"{sys.executable} {Path(__file__).resolve().parents[1] / 'fixtures' / 'tiny_tap.py'}"
-    target = f"{sys.executable} {Path(__file__).resolve().parents[1] / 'fixtures' / 'tiny_target.py'} {tmp_path / 'o'}"
+    tap, target = TINY_TAP, tiny_target(tmp_path / "o")
     env = clean_env(MAPPER_STATE_STATE_BACKEND__URI=f"file://{store}", TINY_TAP_REPORT=str(report))
     old = os.umask(0)
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 from tests.chaos import cli
 from tests.chaos.conftest import CLOUD, ChaosBudget, record_figures
 from tests.e2e.conftest import children_of, is_gone
-from tests.helpers import wait_until
+from tests.helpers import TINY_TAP, tiny_target, wait_until
 from tests.servers import StoreLocation
 
 pytestmark = pytest.mark.cloud
@@ -41,7 +40,6 @@ RUN_FAULTS: dict[str, Any] = {
     "delay_request": 0.02,
     "delay_seconds": 0.3,
 }
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 HOSTILE = ["plain", "ünïcødé ☃", 'quote " and \\ backslash', "STATE", "\u2028line sep"]
 
 
@@ -256,8 +254,7 @@ def test_a_run_whose_renewals_hang_stops_its_children_before_the_lease_expires(
     proxy, faulty = start_proxy(cloud_location)
     direct = cloud_location.open()
     state_id = f"chaos-hung-run-{uuid.uuid4().hex[:8]}"
-    tap = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
-    target = f"{sys.executable} {FIXTURES / 'tiny_target.py'} {tmp_path / 'out.jsonl'}"
+    tap, target = TINY_TAP, tiny_target(tmp_path / "out.jsonl")
     env = cli.env_for(faulty, TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.1")
     holder = cli.spawn(
         faulty, "run", "--state-id", state_id, "--tap", tap, "--target", target,
