@@ -37,35 +37,28 @@ def _bars(ax: Axes, labels: list[str], values: list[float], colors: list[str], u
     ax.tick_params(axis="x", labelsize=8)
 
 
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def throughput(data: dict[str, Any], path: Path) -> None:
     """Throughput and CPU per GB (slopes, log scale): cat, mapper-state, meltano-map-transform."""
     slopes = data["slope"]["contenders"]
     names = [n for n in ("cat", "mapper-state", "meltano-map-transform") if n in slopes]
     colors = {"cat": REFERENCE, "mapper-state": OURS, "meltano-map-transform": THEIRS}
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    _bars(
-        left,
-        names,
-        [slopes[n]["mb_per_s"] for n in names],
-        [colors[n] for n in names],
-        "MB/s",
-    )
-    left.set_yscale("log")
-    left.set_title("throughput, MB/s (higher is better)")
-    _bars(
-        right,
-        names,
-        [slopes[n]["cpu_s_per_gb"] for n in names],
-        [colors[n] for n in names],
-        "s/GB",
-    )
-    right.set_yscale("log")
-    right.set_title("user+system CPU per GB (lower is better)")
+    for ax, key, unit, title in (
+        (left, "mb_per_s", "MB/s", "throughput, MB/s (higher is better)"),
+        (right, "cpu_s_per_gb", "s/GB", "user+system CPU per GB (lower is better)"),
+    ):
+        _bars(ax, names, [slopes[n][key] for n in names], [colors[n] for n in names], unit)
+        ax.set_yscale("log")
+        ax.set_title(title)
     a, b = data["slope"]["between_lines"]
     fig.suptitle(f"cat FILE | X | cat >/dev/null, slope between {a:,} and {b:,} lines", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def pipeline(data: dict[str, Any], path: Path) -> None:
@@ -81,9 +74,7 @@ def pipeline(data: dict[str, Any], path: Path) -> None:
     for ax in (left, right):
         ax.tick_params(axis="x", labelrotation=15)
     fig.suptitle(f"tap-sample -> target-jsonl, {data['records']:,} records", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def requests(data: dict[str, Any], path: Path) -> None:
@@ -108,9 +99,7 @@ def requests(data: dict[str, Any], path: Path) -> None:
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=7)
     ax.set_xlabel("requests per run (counted at mitmproxy in front of moto)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def operator(data: dict[str, Any], path: Path) -> None:
@@ -160,9 +149,7 @@ def operator(data: dict[str, Any], path: Path) -> None:
     hist.yaxis.set_major_formatter(ScalarFormatter())
     hist.set_title(f"requests at {_history_ids(results):,} state IDs")
     hist.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _most_common_history(results: list[dict[str, Any]]) -> int:
