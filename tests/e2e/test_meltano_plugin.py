@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +41,9 @@ class Project:
             MELTANO_SEND_ANONYMOUS_USAGE_STATS="false",
             MELTANO_CLI_DISABLE_VERSION_CHECK="true",
         )
-        doc = {
-            "default_environment": "dev",
-            "project_id": str(uuid.uuid4()),
-            "send_anonymous_usage_stats": False,
-            "environments": [{"name": "dev"}],
-            "state_backend": {"uri": f"file://{root}/.meltano/state"},
-            "plugins": {
+        doc = tools.meltano_project(
+            root,
+            {
                 "extractors": [
                     {
                         "name": "tap-sample",
@@ -70,7 +65,7 @@ class Project:
                     }
                 ],
             },
-        }
+        )
         self.write(doc)
 
     @property

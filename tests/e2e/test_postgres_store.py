@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +102,9 @@ def _meltano_project(root: Path, source: Source, location: PostgresLocation) -> 
     from the environment, never from meltano.yml.
     """
     stream = source.stream
-    doc: dict[str, Any] = {
-        "default_environment": "dev",
-        "project_id": str(uuid.uuid4()),
-        "send_anonymous_usage_stats": False,
-        "environments": [{"name": "dev"}],
-        "state_backend": {"uri": f"file://{root}/.meltano/state"},
-        "plugins": {
+    doc = tools.meltano_project(
+        root,
+        {
             "extractors": [
                 {
                     "name": "tap-postgres",
@@ -177,7 +172,7 @@ def _meltano_project(root: Path, source: Source, location: PostgresLocation) -> 
                 }
             ],
         },
-    }
+    )
     root.mkdir(parents=True)
     (root / "meltano.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return tools.tool_env(

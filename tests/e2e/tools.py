@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,3 +95,16 @@ def tool_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def meltano_project(root: Path, plugins: dict[str, Any]) -> dict[str, Any]:
+    """``meltano.yml`` of a throw-away project at ``root``: one environment, ``dev``, no
+    telemetry, Meltano's own state in a file backend inside the project."""
+    return {
+        "default_environment": "dev",
+        "project_id": str(uuid.uuid4()),
+        "send_anonymous_usage_stats": False,
+        "environments": [{"name": "dev"}],
+        "state_backend": {"uri": f"file://{root}/.meltano/state"},
+        "plugins": plugins,
+    }
