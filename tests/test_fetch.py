@@ -43,14 +43,12 @@ def test_export_reads_concurrently_in_order_with_one_read_per_state() -> None:
     for n, state_id in enumerate(reversed(ids)):
         state.save(store, state_id, {"bookmarks": {"s": n}}, None)
     store.reads = 0
-    started = time.monotonic()
     exported = list(ops.export_states(store))
-    elapsed = time.monotonic() - started
     assert [i for i, _ in exported] == ids  # in state ID order
     assert [v for _, v in exported] == [{"bookmarks": {"s": 59 - n}} for n in range(60)]
     assert store.reads == 60
+    # reads overlapped (measured by the store, not by a clock: the machine may be busy)
     assert 1 < store.peak <= WORKERS
-    assert elapsed < 60 * 0.01 / 2  # far from one read after another
 
 
 def test_the_first_failure_in_order_is_raised_and_the_rest_cancelled() -> None:
