@@ -173,11 +173,11 @@ _SECRET_NAME = re.compile(
 def releases_by_delete(store: BlobStore) -> bool:
     """Does the store enforce a conditional delete, so that release may delete the lease?
 
-    Stores say so with ``enforces_delete_conditions``; an unknown store (an S3-compatible
+    Stores say so in ``traits.enforces_delete_conditions``; an unknown store (an S3-compatible
     endpoint, a GCS emulator) is released by compare-and-swap instead, which every store
     that can hold a lease at all enforces.
     """
-    return getattr(store, "enforces_delete_conditions", False) is True
+    return store.traits.enforces_delete_conditions
 
 
 class Lease:

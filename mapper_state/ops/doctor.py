@@ -210,7 +210,7 @@ def _check_conditions(probe: _Probe, report: Report) -> None:
             )
         except PreconditionFailed:
             report.add("compare-and-swap", "ok", "a replace with a stale version was rejected")
-        if getattr(store, "unquoted_etags", False):
+        if store.traits.unquoted_etags:
             report.checks[-1] = Check(
                 "compare-and-swap",
                 report.checks[-1].status,

@@ -106,6 +106,7 @@ def open_configured_store(settings: Any) -> BlobStore:
     store = open_store(
         settings.uri, {s.section: settings.section(s.section) for s in store_types()}
     )
-    if hasattr(store, "retry_deadline_seconds"):
-        store.retry_deadline_seconds = min(store.retry_deadline_seconds, settings.lock_timeout / 3)
+    deadline = store.traits.retry_deadline_seconds
+    if deadline is not None:
+        store.traits.retry_deadline_seconds = min(deadline, settings.lock_timeout / 3)
     return store

@@ -30,14 +30,17 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    404 -> absent, 412/409 -> :class:`PreconditionFailed`, auth -> :class:`StoreAccessDenied`,
    anything else -> :class:`StoreError`. Retry transient failures (5xx, throttling,
    connection resets) in one layer only, :func:`mapper_state.stores.retry.retrying`
-   (the SDK's own retries off), within a ``retry_deadline_seconds`` attribute (the
+   (the SDK's own retries off), within ``traits.retry_deadline_seconds`` (the
    registry lowers it to a third of the lease TTL). A cloud store gets all of this,
    and paging, from :class:`mapper_state.stores.cloud.CloudStore`.
-8. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
+8. Set ``traits`` (:class:`StoreTraits`) in ``__init__``: ``enforces_delete_conditions``
+   only where the service is known to refuse a stale conditional delete. ``close()``
+   releases connections.
+9. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
    store joins its prefix exactly once, whatever slashes the user typed.
-9. Import the SDK inside the store's implementation only (the import-linter contract
+10. Import the SDK inside the store's implementation only (the import-linter contract
    in ``pyproject.toml`` checks it).
-10. Run ``tests/contract`` against it with a fixture that starts a real server.
+11. Run ``tests/contract`` against it with a fixture that starts a real server.
 """
 
 from __future__ import annotations
@@ -72,9 +75,29 @@ class Blob:
     version: str
 
 
+@dataclass
+class StoreTraits:
+    """What a store enforces and how long it retries: typed fields, read by the lease and
+    ``doctor``, so a misspelt trait is a type error instead of a silently skipped safety path.
+
+    A store sets its own when it is opened (an S3 endpoint may learn ``unquoted_etags`` on
+    its first refused replace); the registry lowers ``retry_deadline_seconds``.
+    """
+
+    #: A delete whose version condition does not match is refused, so release may delete.
+    enforces_delete_conditions: bool = False
+    #: The endpoint matches ``If-Match`` only without the quotes S3 puts around ETags.
+    unquoted_etags: bool = False
+    #: Seconds within which every call gives up, retries included; ``None``: no retry layer.
+    retry_deadline_seconds: float | None = None
+
+
 @runtime_checkable
 class BlobStore(Protocol):
     """Opaque objects addressed by key, with conditional create, replace and delete."""
+
+    #: What this store enforces (see :class:`StoreTraits`).
+    traits: StoreTraits
 
     @property
     def display_uri(self) -> str:
@@ -99,6 +122,10 @@ class BlobStore(Protocol):
 
     def list(self, prefix: str = "") -> Iterator[str]:
         """Every key that starts with ``prefix``, in no particular order."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and clients; the store is not used afterwards."""
         ...
 
 

@@ -23,6 +23,7 @@ from mapper_state.stores.base import (
     Entry,
     PreconditionFailed,
     StoreError,
+    StoreTraits,
     check_key,
     join_key,
     landed_version,
@@ -57,8 +58,6 @@ class CloudStore:
     #: Whether :meth:`_list_page` honours ``after`` (the service can start a listing at a key).
     can_skip: ClassVar[bool] = True
 
-    #: Does the service refuse a delete whose ``If-Match`` (generation) does not match?
-    enforces_delete_conditions = True
     #: Per-attempt timeouts when the budget allows: connecting, and waiting for a reply.
     connect_timeout = 5.0
     read_timeout = 30.0
@@ -73,9 +72,24 @@ class CloudStore:
     ) -> None:
         self.bucket_name = bucket
         self.prefix = join_key(*prefix.split("/"))
-        self.retry_deadline_seconds = retry_deadline_seconds
+        # a subclass clears enforces_delete_conditions where the service may ignore them
+        self.traits = StoreTraits(
+            enforces_delete_conditions=True, retry_deadline_seconds=retry_deadline_seconds
+        )
         self.page_size = page_size  # keys per list request; None: the service's default
         self._deadline = threading.local()
+
+    @property
+    def retry_deadline_seconds(self) -> float:
+        """Seconds within which every call gives up, retries included."""
+        return self.traits.retry_deadline_seconds or DEFAULT_DEADLINE_SECONDS
+
+    @retry_deadline_seconds.setter
+    def retry_deadline_seconds(self, seconds: float) -> None:
+        self.traits.retry_deadline_seconds = seconds
+
+    def close(self) -> None:
+        """Release the SDK's connections; a subclass whose client holds any closes it."""
 
     @property
     def display_uri(self) -> str:

@@ -25,6 +25,7 @@ from mapper_state.stores.base import (
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
+    StoreTraits,
     StoreType,
     check_key,
 )
@@ -40,10 +41,12 @@ def _version(st: os.stat_result, data: bytes) -> str:
 class FileStore:
     """A directory tree: key ``a/b/state.json`` is the file ``<root>/a/b/state.json``."""
 
-    enforces_delete_conditions = True
-
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self.traits = StoreTraits(enforces_delete_conditions=True)
+
+    def close(self) -> None:
+        """Nothing to release: every call opens and closes its own files."""
 
     @property
     def display_uri(self) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from mapper_state.stores.base import Blob, Entry, PreconditionFailed, StoreType
+from mapper_state.stores.base import Blob, Entry, PreconditionFailed, StoreTraits, StoreType
 
 _STORES: dict[str, MemoryStore] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -44,14 +44,14 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
         self.requests = 0
+        self.traits = StoreTraits(enforces_delete_conditions=not self.ignore_delete_conditions)
 
     @property
     def display_uri(self) -> str:
         return f"memory://{self.name}"
 
-    @property
-    def enforces_delete_conditions(self) -> bool:
-        return not self.ignore_delete_conditions
+    def close(self) -> None:
+        """Nothing to release."""
 
     def _wait(self) -> None:
         if self.latency:

@@ -75,7 +75,7 @@ class GcsStore(CloudStore):
     ) -> None:
         super().__init__(bucket, prefix, **kwargs)
         # an emulator may ignore delete preconditions (fake-gcs-server does): release by CAS
-        self.enforces_delete_conditions = not _emulator_host()
+        self.traits.enforces_delete_conditions = not _emulator_host()
         self.client = client
         self.bucket = client.bucket(bucket)
         self._bucket_seen = False

@@ -54,6 +54,7 @@ from mapper_state.stores.base import (
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
+    StoreTraits,
     check_key,
     landed_version,
 )
@@ -177,9 +178,6 @@ class _Watchdog:
 class PostgresStore:
     """Objects as rows of ``schema.table`` in one database; keys are the rows' keys."""
 
-    #: A delete conditional on the version is one ``DELETE ... WHERE version = %s``.
-    enforces_delete_conditions = True
-
     def __init__(
         self,
         params: Mapping[str, str],
@@ -192,7 +190,10 @@ class PostgresStore:
         self.params = dict(params)  # libpq connection parameters (the password among them)
         self.schema = schema
         self.table = table
-        self.retry_deadline_seconds = retry_deadline_seconds
+        # a delete conditional on the version is one ``DELETE ... WHERE version = %s``
+        self.traits = StoreTraits(
+            enforces_delete_conditions=True, retry_deadline_seconds=retry_deadline_seconds
+        )
         self.page_size = page_size
         self._qualified = sql.Identifier(schema, table)
         #: the table's name as the server's functions take it (to_regclass, has_table_privilege)
@@ -202,6 +203,16 @@ class PostgresStore:
         self._secrets = [p for p in (self.params.get("password"),) if p]
 
     # -- naming --------------------------------------------------------------------------
+
+    @property
+    def retry_deadline_seconds(self) -> float:
+        """Seconds within which every call gives up, retries included."""
+        return self.traits.retry_deadline_seconds or DEFAULT_DEADLINE_SECONDS
+
+    @retry_deadline_seconds.setter
+    def retry_deadline_seconds(self, seconds: float) -> None:
+        self.traits.retry_deadline_seconds = seconds
+
     @property
     def display_uri(self) -> str:
         """``postgresql://user@host:port/dbname`` (and a non-default schema or table); no password."""

@@ -119,9 +119,8 @@ class S3Store(CloudStore):
         # AWS refuses a DeleteObject whose If-Match does not match; S3-compatible stores
         # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
         self.endpoint_is_aws = endpoint is None
-        self.enforces_delete_conditions = endpoint is None
-        #: Measured on the first refused replace: this endpoint wants If-Match unquoted.
-        self.unquoted_etags = False
+        self.traits.enforces_delete_conditions = endpoint is None
+        # traits.unquoted_etags is measured on the first refused replace
 
     @property
     def client(self) -> Any:
@@ -234,13 +233,13 @@ class S3Store(CloudStore):
         return self._put("create", key, data, {"IfNoneMatch": "*"})
 
     def _if_match(self, version: str) -> str:
-        return version.strip('"') if self.unquoted_etags else version
+        return version.strip('"') if self.traits.unquoted_etags else version
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
         try:
             return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
         except PreconditionFailed:
-            if self.unquoted_etags or self.endpoint_is_aws or not if_version.startswith('"'):
+            if self.traits.unquoted_etags or self.endpoint_is_aws or not if_version.startswith('"'):
                 raise
             # Ceph RGW compares If-Match with its stored ETag, which has no quotes, and so
             # refuses the ETag exactly as S3 returned it. If the object is still at our
@@ -248,7 +247,7 @@ class S3Store(CloudStore):
             current = self.read(key)
             if current is None or current.version.strip('"') != if_version.strip('"'):
                 raise
-            self.unquoted_etags = True
+            self.traits.unquoted_etags = True
             return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
 
     def delete(self, key: str, if_version: str | None = None) -> None:
