@@ -104,12 +104,7 @@ class StoreLocation:
         """A new client on this location (or on ``uri``), as another process would open it."""
         options = {self.emulator.section: {**self.options, **overrides}}
         with mock.patch.dict(os.environ, self.emulator.env):
-            store = open_store(uri or self.uri, options)
-        if self.emulator.ignores_delete_preconditions:
-            # Measured on fake-gcs-server: it ignores if_generation_match on DELETE. The store
-            # still sends it (GCS enforces it); the contract test skips that one check.
-            store.ignores_delete_preconditions = True  # type: ignore[attr-defined]
-        return store
+            return open_store(uri or self.uri, options)
 
 
 # -- helpers -----------------------------------------------------------------------

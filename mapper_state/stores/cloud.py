@@ -11,6 +11,7 @@ excluded range of keys by starting the listing after it, where the service can).
 
 from __future__ import annotations
 
+import abc
 import functools
 import threading
 import time
@@ -46,7 +47,7 @@ def split_location(location: str, scheme: str, container: str = "bucket") -> tup
     return bucket, prefix
 
 
-class CloudStore:
+class CloudStore(abc.ABC):
     """Objects under ``prefix`` in one bucket or container; keys are relative to the prefix.
 
     A subclass names its ``scheme``, and implements :meth:`_is_transient`,
@@ -88,8 +89,9 @@ class CloudStore:
     def retry_deadline_seconds(self, seconds: float) -> None:
         self.traits.retry_deadline_seconds = seconds
 
+    @abc.abstractmethod
     def close(self) -> None:
-        """Release the SDK's connections; a subclass whose client holds any closes it."""
+        """Release the SDK's clients and their connections."""
 
     @property
     def display_uri(self) -> str:
@@ -103,34 +105,38 @@ class CloudStore:
         return f"{self.display_uri}/{key}" if key else self.display_uri
 
     # -- what each store supplies -------------------------------------------------
+    @abc.abstractmethod
     def _is_transient(self, exc: BaseException) -> bool:
         """Is ``exc`` a failure that may go away by itself (5xx, throttling, a reset)?"""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _store_error(
         self, exc: Exception, op: str, where: str, stats: RetryStats
     ) -> StoreError | None:
         """The store error an SDK failure means, or ``None`` to let it propagate."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _list_page(self, prefix: str, token: str | None, after: str | None = None) -> Page:
         """One page of the objects whose full names start with ``prefix``, in name order.
 
         With ``after``, the listing starts after every name that starts with ``after``.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read(self, key: str) -> Blob | None:
-        raise NotImplementedError
+        """The object and its version, or ``None`` when it does not exist."""
 
+    @abc.abstractmethod
     def create(self, key: str, data: bytes) -> str:
-        raise NotImplementedError
+        """Write a new object only if none exists; return its version."""
 
+    @abc.abstractmethod
     def replace(self, key: str, data: bytes, if_version: str) -> str:
-        raise NotImplementedError
+        """Overwrite the object only if its version is ``if_version``; return the new one."""
 
+    @abc.abstractmethod
     def delete(self, key: str, if_version: str | None = None) -> None:
-        raise NotImplementedError
+        """Remove the object (only at ``if_version`` when given)."""
 
     # -- written once ---------------------------------------------------------------
     def budget(self) -> float:

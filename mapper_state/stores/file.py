@@ -21,6 +21,7 @@ from typing import Any
 from mapper_state.fdio import write_all
 from mapper_state.stores.base import (
     Blob,
+    BlobStore,
     Entry,
     PreconditionFailed,
     StoreAccessDenied,
@@ -243,3 +244,7 @@ STORE = StoreType(
     opener=from_uri,
     description="`file:///abs/path` or `file://relative/path`: a local directory (the default).",
 )
+
+
+# What the type checker proves: the class serves the store interface.
+_STORE: type[BlobStore] = FileStore

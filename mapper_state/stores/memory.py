@@ -18,7 +18,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from mapper_state.stores.base import Blob, Entry, PreconditionFailed, StoreTraits, StoreType
+from mapper_state.stores.base import (
+    Blob,
+    BlobStore,
+    Entry,
+    PreconditionFailed,
+    StoreTraits,
+    StoreType,
+)
 
 _STORES: dict[str, MemoryStore] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -147,3 +154,7 @@ STORE = StoreType(
     description="`memory://name`: in this process only, for tests "
     "(`?ignore_conditions=true`, `?latency_ms=N`).",
 )
+
+
+# What the type checker proves: the class serves the store interface.
+_STORE: type[BlobStore] = MemoryStore

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 from azure.storage.blob import BlobServiceClient
@@ -15,13 +16,22 @@ from mapper_state.stores import open_store
 from mapper_state.stores.azure.store import from_uri
 from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
 from tests.contract.lease_contract import LeaseContract
+from tests.contract.prefix_contract import PrefixContract
 from tests.contract.store_contract import StoreContract
 from tests.servers import AZURITE_KEY, FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestAzureStore(StoreContract, LeaseContract):
+class TestAzureStore(StoreContract, LeaseContract, PrefixContract):
+    @pytest.fixture
+    def location(self, azure_location: StoreLocation) -> StoreLocation:
+        return azure_location
+
+    @pytest.fixture
+    def bucket_names(self, azure_location: StoreLocation) -> Callable[[], list[str]]:
+        return lambda: container_blobs(azure_location)
+
     @pytest.fixture
     def store(self, azure_location: StoreLocation) -> BlobStore:
         return azure_location.open()
@@ -41,22 +51,6 @@ def connection_string(
 def container_blobs(location: StoreLocation) -> list[str]:
     service = BlobServiceClient.from_connection_string(location.options["connection_string"])
     return sorted(b.name for b in service.get_container_client(location.bucket).list_blobs())
-
-
-def test_prefix_is_joined_exactly_once(azure_location: StoreLocation) -> None:
-    c = azure_location.bucket
-    azure_location.open(f"azure://{c}/p").create("id/state.json", b"{}")
-    for uri in (f"azure://{c}/p/", f"azure://{c}//p/", f"az://{c}/p//"):
-        store = azure_location.open(uri)
-        assert store.display_uri == f"azure://{c}/p"
-        blob = store.read("id/state.json")
-        assert blob is not None and blob.data == b"{}"
-        assert list(store.list()) == ["id/state.json"]
-    at_root = azure_location.open(f"azure://{c}")
-    at_root.create("top", b"1")
-    assert at_root.display_uri == f"azure://{c}"
-    assert container_blobs(azure_location) == ["p/id/state.json", "top"]
-    assert sorted(at_root.list()) == ["p/id/state.json", "top"]
 
 
 def test_list_follows_pagination(azure_location: StoreLocation) -> None:

@@ -1,7 +1,7 @@
 """The GCS store against fake-gcs-server: the contracts, plus what only GCS promises.
 
-fake-gcs-server ignores preconditions on DELETE (measured below); the ``gcs_location``
-fixture marks its stores so the contracts skip those two checks. gcp-storage-emulator
+fake-gcs-server ignores preconditions on DELETE (measured below); its ``Emulator`` says
+so, and the contract class hands that on, so the contracts skip those two checks. gcp-storage-emulator
 ignores every precondition: it is here to show the store is unsafe there.
 """
 
@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,22 @@ from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
 from mapper_state.stores.gcs.store import from_uri
 from tests.contract.lease_contract import LeaseContract
+from tests.contract.prefix_contract import PrefixContract
 from tests.contract.store_contract import StoreContract
 from tests.servers import FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestGcsStore(StoreContract, LeaseContract):
+class TestGcsStore(StoreContract, LeaseContract, PrefixContract):
+    @pytest.fixture
+    def location(self, gcs_location: StoreLocation) -> StoreLocation:
+        return gcs_location
+
+    @pytest.fixture
+    def bucket_names(self, gcs_location: StoreLocation) -> Callable[[], list[str]]:
+        return lambda: bucket_objects(gcs_location)
+
     @pytest.fixture
     def store(self, gcs_location: StoreLocation) -> BlobStore:
         return gcs_location.open()
@@ -36,6 +46,10 @@ class TestGcsStore(StoreContract, LeaseContract):
     @pytest.fixture
     def second_client(self, gcs_location: StoreLocation) -> BlobStore:
         return gcs_location.open()
+
+    @pytest.fixture
+    def ignores_delete_preconditions(self, gcs_location: StoreLocation) -> bool:
+        return bool(gcs_location.emulator.ignores_delete_preconditions)
 
 
 def bucket_objects(location: StoreLocation) -> list[str]:
@@ -45,22 +59,6 @@ def bucket_objects(location: StoreLocation) -> list[str]:
         client_options={"api_endpoint": location.emulator.endpoint},
     )
     return sorted(b.name for b in client.list_blobs(location.bucket))
-
-
-def test_prefix_is_joined_exactly_once(gcs_location: StoreLocation) -> None:
-    b = gcs_location.bucket
-    gcs_location.open(f"gs://{b}/p").create("id/state.json", b"{}")
-    for uri in (f"gs://{b}/p/", f"gs://{b}//p/", f"gcs://{b}/p//"):
-        store = gcs_location.open(uri)
-        assert store.display_uri == f"gs://{b}/p"
-        blob = store.read("id/state.json")
-        assert blob is not None and blob.data == b"{}"
-        assert list(store.list()) == ["id/state.json"]
-    at_root = gcs_location.open(f"gs://{b}")
-    at_root.create("top", b"1")
-    assert at_root.display_uri == f"gs://{b}"
-    assert bucket_objects(gcs_location) == ["p/id/state.json", "top"]
-    assert sorted(at_root.list()) == ["p/id/state.json", "top"]
 
 
 def test_list_follows_pagination(

@@ -34,6 +34,10 @@ class TestRgwStore(StoreContract, LeaseContract):
     def second_client(self, rgw_location: StoreLocation) -> BlobStore:
         return rgw_location.open()
 
+    @pytest.fixture
+    def ignores_delete_preconditions(self, rgw_location: StoreLocation) -> bool:
+        return bool(rgw_location.emulator.ignores_delete_preconditions)
+
 
 def test_doctor_passes_and_says_how_it_copes(rgw_location: StoreLocation) -> None:
     result = run_cli("doctor", "--format", "json", env=clean_env(**rgw_location.env))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,22 @@ from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
 from mapper_state.stores.s3.store import from_uri
 from tests.contract.lease_contract import LeaseContract
+from tests.contract.prefix_contract import PrefixContract
 from tests.contract.store_contract import StoreContract
 from tests.servers import Emulator, FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestS3Store(StoreContract, LeaseContract):
+class TestS3Store(StoreContract, LeaseContract, PrefixContract):
+    @pytest.fixture
+    def location(self, s3_location: StoreLocation) -> StoreLocation:
+        return s3_location
+
+    @pytest.fixture
+    def bucket_names(self, s3_location: StoreLocation) -> Callable[[], list[str]]:
+        return lambda: bucket_keys(s3_location)
+
     @pytest.fixture
     def store(self, s3_location: StoreLocation) -> BlobStore:
         return s3_location.open()
@@ -51,22 +61,6 @@ def bucket_keys(location: StoreLocation) -> list[str]:
         .paginate(Bucket=location.bucket)
     )
     return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
-
-
-def test_prefix_is_joined_exactly_once(s3_location: StoreLocation) -> None:
-    b = s3_location.bucket
-    s3_location.open(f"s3://{b}/p").create("id/state.json", b"{}")
-    for uri in (f"s3://{b}/p/", f"s3://{b}//p/", f"s3://{b}/p//"):
-        store = s3_location.open(uri)
-        assert store.display_uri == f"s3://{b}/p"
-        blob = store.read("id/state.json")
-        assert blob is not None and blob.data == b"{}"
-        assert list(store.list()) == ["id/state.json"]
-    at_root = s3_location.open(f"s3://{b}")
-    at_root.create("top", b"1")
-    assert at_root.display_uri == f"s3://{b}"
-    assert bucket_keys(s3_location) == ["p/id/state.json", "top"]
-    assert sorted(at_root.list()) == ["p/id/state.json", "top"]
 
 
 def test_list_follows_pagination_past_1000_keys(s3_location: StoreLocation) -> None:

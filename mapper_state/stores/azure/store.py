@@ -34,7 +34,14 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    BlobStore,
+    Opener,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+)
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -65,9 +72,22 @@ class AzureBlobStore(CloudStore):
     # API version Azurite lacks): an excluded range is paged through and filtered out.
     can_skip = False
 
-    def __init__(self, container: ContainerClient, prefix: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        container: ContainerClient,
+        prefix: str = "",
+        *,
+        service: BlobServiceClient | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(container.container_name, prefix, **kwargs)
         self.container = container
+        self._service = service  # the client that made ``container``: it owns the transport
+
+    def close(self) -> None:
+        self.container.close()
+        if self._service is not None:
+            self._service.close()
 
     def _is_transient(self, exc: BaseException) -> bool:
         return _is_transient(exc)
@@ -225,4 +245,10 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> AzureB
     """``container/prefix`` with the ``state_backend.azure.*`` settings by short name."""
     container, prefix = split_location(location, "azure", "container")
     client = _service_client(options)
-    return AzureBlobStore(client.get_container_client(container), prefix, **kwargs)
+    return AzureBlobStore(client.get_container_client(container), prefix, service=client, **kwargs)
+
+
+# What the type checker proves: the class serves the store interface and the opener
+# has the registry's signature.
+_STORE: type[BlobStore] = AzureBlobStore
+_OPENER: Opener = from_uri

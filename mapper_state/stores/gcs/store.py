@@ -13,9 +13,9 @@ is opened) points the store at an emulator with anonymous credentials.
 Emulators differ from GCS: fake-gcs-server enforces ``if_generation_match`` on
 single-request uploads (8 MiB or less; larger uploads are resumable) but ignores
 it on deletes; gcp-storage-emulator ignores every precondition, so locking on it
-is unsafe and ``doctor`` says so. The store always sends the preconditions; the
-test fixtures set ``ignores_delete_preconditions`` on stores opened against those
-emulators, so the contract tests skip the delete check there only.
+is unsafe and ``doctor`` says so. The store always sends the preconditions, and
+against an emulator (``STORAGE_EMULATOR_HOST``) its traits do not claim that a
+conditional delete is enforced, so a lease there is released by compare-and-swap.
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    BlobStore,
+    Opener,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+)
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -67,8 +74,6 @@ class GcsStore(CloudStore):
     """Objects under ``prefix`` in one bucket; keys are relative to the prefix."""
 
     scheme = "gs"
-    #: Set by test fixtures for servers measured to ignore delete preconditions.
-    ignores_delete_preconditions = False
 
     def __init__(
         self, client: storage.Client, bucket: str, prefix: str = "", **kwargs: Any
@@ -79,6 +84,9 @@ class GcsStore(CloudStore):
         self.client = client
         self.bucket = client.bucket(bucket)
         self._bucket_seen = False
+
+    def close(self) -> None:
+        self.client.close()
 
     def _blob(self, key: str) -> storage.Blob:
         return self.bucket.blob(self._key(key))
@@ -304,3 +312,9 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> GcsSto
             f"or {_SETTING}application_credentials_json, or configure Application Default Credentials"
         ) from None
     return GcsStore(client, bucket, prefix, **kwargs)
+
+
+# What the type checker proves: the class serves the store interface and the opener
+# has the registry's signature.
+_STORE: type[BlobStore] = GcsStore
+_OPENER: Opener = from_uri

@@ -50,7 +50,9 @@ from mapper_state.errors import ConfigError
 from mapper_state.redact import redact, uri_secrets
 from mapper_state.stores.base import (
     Blob,
+    BlobStore,
     Entry,
+    Opener,
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
@@ -589,7 +591,8 @@ class PostgresStore:
             after = rows[-1][0]
 
     def close(self) -> None:
-        """Close the connection (a later call opens a new one)."""
+        """Close the connection (a later call opens a new one). No watchdog outlives it:
+        each is cancelled when its statement ends, and the lock waits for that."""
         with self._lock:
             self._drop_connection()
 
@@ -645,3 +648,9 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> Postgr
     if not params.get("password") and options.get("password"):
         params["password"] = str(options["password"])
     return PostgresStore(params, schema=schema, table=table, **kwargs)
+
+
+# What the type checker proves: the class serves the store interface and the opener
+# has the registry's signature.
+_STORE: type[BlobStore] = PostgresStore
+_OPENER: Opener = from_uri

@@ -39,7 +39,14 @@ from botocore.exceptions import (
 from urllib3.exceptions import HTTPError as _BodyError
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    BlobStore,
+    Opener,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+)
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -136,6 +143,13 @@ class S3Store(CloudStore):
             if rung not in self._clients:
                 self._clients[rung] = self._client_for_timeout(rung)
             return self._clients[rung]
+
+    def close(self) -> None:
+        """Close the default client and every per-timeout one made for it."""
+        with self._clients_lock:
+            clients, self._clients = [*self._clients.values()], {}
+        for client in (self._default_client, *clients):
+            client.close()
 
     def _is_transient(self, exc: BaseException) -> bool:
         return _is_transient(exc)
@@ -347,3 +361,9 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
         client_for_timeout=client_for_timeout,
         **kwargs,
     )
+
+
+# What the type checker proves: the class serves the store interface and the opener
+# has the registry's signature.
+_STORE: type[BlobStore] = S3Store
+_OPENER: Opener = from_uri
