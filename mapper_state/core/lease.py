@@ -64,17 +64,14 @@ def lease_key(state_id: str) -> str:
 
 
 def skew_allowance(ttl: float) -> float:
-    """Extra time before another host calls a lease expired, for clock skew between hosts."""
+    """The lease's safety margin for clock skew between hosts, used on both sides: another
+    host calls a lease expired only this long after its expiry, and a holder that could not
+    renew calls it lost this long before."""
     return min(2.0, ttl / 5)
 
 
 def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def lost_margin(ttl: float) -> float:
-    """How long before its expiry a holder that could not renew calls its lease lost."""
-    return min(2.0, ttl / 5)
 
 
 HELD = "held"
@@ -325,11 +322,21 @@ class Lease:
 
     confirm = renew  # fencing: a state write is preceded by a successful renewal
 
+    def adopt(self, record: LeaseRecord, version: str) -> None:
+        """Hold the lease another process acquired and handed over: its record at ``version``."""
+        with self._lock:
+            self.record, self.version = record, version
+
+    def disown(self) -> None:
+        """Forget the lease, handed over to another process, so that nothing here releases it."""
+        with self._lock:
+            self.record, self.version = None, None
+
     def start_heartbeat(self, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
         """Renew every third of the TTL in a thread; call ``on_lost`` once if the lease is lost.
 
         Each renewal runs in a thread of its own, and the heartbeat waits for it only
-        until the lease's expiry minus :func:`lost_margin`: a renewal stuck in a request
+        until the lease's expiry minus :func:`skew_allowance`: a renewal stuck in a request
         that never returns cannot keep a run working past its lease.
         """
 
@@ -344,7 +351,7 @@ class Lease:
                 record = self.record
                 if record is None:
                     return
-                deadline = record.expires_at - lost_margin(self.ttl)
+                deadline = record.expires_at - skew_allowance(self.ttl)
                 finished, error = self._renew_by(deadline)
                 if self._stop.is_set():
                     return

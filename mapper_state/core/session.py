@@ -8,6 +8,7 @@ writes the state conditionally on the version last seen: fencing.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,8 @@ class Session:
         if not (settings.state_id or "").strip() and (missing := self.hooks.missing_state_id()):
             raise missing
         self.state_id = state.validate_state_id(settings.state_id)
+        #: A store the session opened is closed when it ends; one it was given is the giver's.
+        self._owns_store = store is None
         self.store = store or open_configured_store(settings)
         self.lease = Lease.for_settings(self.store, self.state_id, settings)
         self.lock_only = self.hooks.lock_only(settings)
@@ -74,14 +77,15 @@ class Session:
         self.lease_wait_seconds = 0.0
         #: Called after each state write (e.g. to write metrics).
         self.on_commit: Callable[[], None] | None = None
+        self._exit_stack = contextlib.ExitStack()
 
     def __enter__(self) -> Session:
-        try:
-            started = time.monotonic()
-            try:
-                self.lease.acquire()
-            finally:
-                self.lease_wait_seconds = time.monotonic() - started
+        with contextlib.ExitStack() as stack:  # a failure here unwinds what was set up
+            if self._owns_store:
+                stack.callback(self.store.close)
+            stack.callback(self.release)
+            stack.callback(self._stop)
+            self._acquire()
             self.prior = self._load_fenced()
             self.hooks.check_prior(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
@@ -90,10 +94,16 @@ class Session:
                 self._stored = self.prior.value
                 self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
                 self.lease.start_heartbeat(on_lost=self._lost)
-        except BaseException:
-            self.__exit__()
-            raise
+            self._exit_stack = stack.pop_all()
         return self
+
+    def _acquire(self) -> None:
+        """Take the lease, counting the time spent waiting for it (even when it fails)."""
+        started = time.monotonic()
+        try:
+            self.lease.acquire()
+        finally:
+            self.lease_wait_seconds = time.monotonic() - started
 
     def _load_fenced(self) -> state.StateSnapshot:
         """The prior state; after taking over from a holder that may still be writing, fenced.
@@ -137,11 +147,14 @@ class Session:
         signals.wake_main()  # the main thread raises it even if it waits for input
 
     def __exit__(self, *exc: object) -> None:
+        """Stop renewing and committing, release (or hand over) the lease, close the store."""
+        self._exit_stack.close()
+
+    def _stop(self) -> None:
         self.lease.stop_heartbeat()
         if self.checkpointer is not None:
             # a write stuck on the store after the lease was lost is fenced: do not wait on it
             self.checkpointer.abandon(timeout=None if self.lease.lost is None else 0.05)
-        self.release()
 
     @property
     def tap_state(self) -> Any:

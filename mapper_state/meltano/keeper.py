@@ -11,6 +11,7 @@ after its TTL like any crashed holder's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -26,7 +27,7 @@ from mapper_state import log
 from mapper_state.config import settings_from_values
 from mapper_state.core import history, state
 from mapper_state.core.lease import Lease, LeaseRecord
-from mapper_state.errors import MapperStateError
+from mapper_state.errors import LeaseLost, MapperStateError
 from mapper_state.meltano import env as meltano
 from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store
@@ -58,30 +59,64 @@ def hand_over_lease(
     parent = os.getppid()
     if run is None or parent <= 1 or lease.record is None or lease.version is None:
         return False
-    pidfd = None
-    if hasattr(os, "pidfd_open"):
-        try:
-            pidfd = os.pidfd_open(parent)
-        except OSError:
-            pidfd = None
-    fds: list[int] = []
     try:
+        keeper_pid = _spawn_keeper(lease, settings, parent, snapshot=snapshot)
+    except (MapperStateError, OSError) as exc:
+        message = exc.message if isinstance(exc, MapperStateError) else str(exc)
+        log.warning(f"could not keep the lease until Meltano exits: {message}")
+        return False
+    lease.disown()  # the keeper's now: nothing here may release it
+    log.info(
+        f"keeping the lease on {lease.state_id} until Meltano (pid {parent}) has written "
+        "its state and exited",
+        keeper_pid=keeper_pid,
+    )
+    return True
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits, where the system has them."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _handover(
+    lease: Lease, settings: Settings, parent: int, pidfd: int | None, snapshot: bool
+) -> dict[str, Any]:
+    """What the keeper reads on its stdin: the settings and the lease as held right now."""
+    record, version = lease.record, lease.version
+    if record is None or version is None:  # renew() raises rather than leave it so
+        raise LeaseLost(f"the lease on {lease.state_id} is not held")
+    return {
+        "settings": dict(settings.values),
+        "state_id": lease.state_id,
+        "run_id": lease.run_id,
+        "version": version,
+        "record": orjson.loads(record.to_bytes()),
+        "parent_pid": parent,
+        "parent_pidfd": pidfd,
+        "snapshot": snapshot,
+    }
+
+
+def _spawn_keeper(lease: Lease, settings: Settings, parent: int, *, snapshot: bool) -> int:
+    """Start the detached keeper, the lease renewed and handed to it on its stdin; its pid."""
+    with contextlib.ExitStack() as fds:  # this process's descriptors, closed at the end
+        pidfd = _open_pidfd(parent)
+        if pidfd is not None:
+            fds.callback(os.close, pidfd)
         lease.stop_heartbeat()
         lease.renew()  # the keeper starts with a whole TTL ahead of it
-        payload = {
-            "settings": dict(settings.values),
-            "state_id": lease.state_id,
-            "run_id": lease.run_id,
-            "version": lease.version,
-            "record": orjson.loads(lease.record.to_bytes()),
-            "parent_pid": parent,
-            "parent_pidfd": pidfd,
-            "snapshot": snapshot,
-        }
+        payload = _handover(lease, settings, parent, pidfd, snapshot)
         read_end, write_end = os.pipe()
-        fds += [read_end, write_end]
+        fds.callback(os.close, read_end)
+        fds.callback(os.close, write_end)
         devnull = os.open(os.devnull, os.O_RDWR)
-        fds.append(devnull)
+        fds.callback(os.close, devnull)
         if pidfd is not None:
             os.set_inheritable(pidfd, True)
         argv = [sys.executable, "-m", "mapper_state.meltano.keeper", KEEP_LEASE_ARG]
@@ -98,22 +133,7 @@ def hand_over_lease(
         )
         with open(write_end, "wb", closefd=False) as pipe:
             pipe.write(orjson.dumps(payload))
-    except (MapperStateError, OSError) as exc:
-        message = exc.message if isinstance(exc, MapperStateError) else str(exc)
-        log.warning(f"could not keep the lease until Meltano exits: {message}")
-        return False
-    finally:
-        for fd in [*fds, *([pidfd] if pidfd is not None else [])]:
-            os.close(fd)
-    # The lease is the keeper's now: forget it so that nothing here releases it.
-    lease.version = None
-    lease.record = None
-    log.info(
-        f"keeping the lease on {lease.state_id} until Meltano (pid {parent}) has written "
-        "its state and exited",
-        keeper_pid=keeper_pid,
-    )
-    return True
+        return keeper_pid
 
 
 def _wait_for_exit(pid: int, pidfd: int | None, stop: Any) -> None:
@@ -169,18 +189,21 @@ def _keep_lease() -> int:
         command=f"lease kept until Meltano pid {parent} exits, for: {record.command}"[:200],
     )
     try:
-        store = open_configured_store(settings)
-        lease = Lease.for_settings(
-            store, payload["state_id"], settings, run_id=payload["run_id"], command=record.command
-        )
-        lease.record = record
-        lease.version = payload["version"]
-        lease.renew()  # records who holds it now
-        lease.start_heartbeat(on_lost=lambda _exc: stop.set())
-        _wait_for_exit(parent, payload.get("parent_pidfd"), stop)
-        if payload.get("snapshot") and not stop.is_set():
-            _snapshot(store, lease, settings)
-        lease.release()
+        with contextlib.closing(open_configured_store(settings)) as store:
+            lease = Lease.for_settings(
+                store,
+                payload["state_id"],
+                settings,
+                run_id=payload["run_id"],
+                command=record.command,
+            )
+            lease.adopt(record, payload["version"])
+            lease.renew()  # records who holds it now
+            lease.start_heartbeat(on_lost=lambda _exc: stop.set())
+            _wait_for_exit(parent, payload.get("parent_pidfd"), stop)
+            if payload.get("snapshot") and not stop.is_set():
+                _snapshot(store, lease, settings)
+            lease.release()
     except MapperStateError:
         return 1
     return 0

@@ -8,6 +8,7 @@ for a broken pipe, nothing written after the last commit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -67,49 +68,20 @@ def _run_filter(
     input_path: str | None,
     run_metrics: metrics.RunMetrics | None,
 ) -> int:
-    src = sys.stdin.fileno()
-    if input_path:
+    with contextlib.ExitStack() as stack:
+        src = _open_input(input_path, stack)
+        session: Session | None = None
+        stack.enter_context(signals.raising(wake=lambda: session.check() if session else None))
+        session = _start_session(settings, hooks, state_file, run_metrics, stack)
         try:
-            src = os.open(input_path, os.O_RDONLY)
-        except OSError as exc:
-            raise ConfigError(f"--input {input_path}: {exc.strerror}") from None
-    session: Session | None = None
-    with signals.raising(wake=lambda: session.check() if session else None):
-        try:
-            session = Session(settings, hooks=hooks)
-            if run_metrics is not None:
-                run_metrics.session = session  # the lease wait counts even if it fails
-            session.__enter__()
-        except BaseException:
-            if state_file:
-                handoff.release_reader(state_file)
-            raise
-        writer = None
-        try:
-            if state_file:
-                writer = handoff.hand_off(state_file, session.handoff_value)
-            on_bad = _on_bad(bool(settings["strict"]))
-            if run_metrics is None:
-                scanner = LineScanner(session.offer, on_bad, after_target)
-            else:
-                counting = metrics.CountingScanner(session.offer, on_bad, after_target)
-                run_metrics.bytes = lambda: counting.bytes
-                run_metrics.records = lambda: counting.records
-                run_metrics.states = lambda: counting.states
-                metrics.attach(run_metrics, session)
-                scanner = counting
+            writer = handoff.hand_off(state_file, session.handoff_value) if state_file else None
+            if writer is not None:  # stopped before the session ends
+                stack.callback(writer.stop)
+            scanner = _scanner(session, bool(settings["strict"]), after_target, run_metrics)
             stats = pump(
                 src, sys.stdout.fileno(), scanner, check=session.check, scan_first=after_target
             )
             session.finish()
-            log.info(
-                "done",
-                state_id=session.state_id,
-                bytes=stats.bytes,
-                states=stats.states,
-                commits=session.commits,
-            )
-            return ExitCode.OK
         except Interrupted:
             if after_target:
                 # every line read here is a state the target confirmed: commit the newest
@@ -119,9 +91,58 @@ def _run_filter(
         except DownstreamClosed:
             log.error("the target closed its input; states after the last commit are not stored")
             return ExitCode.DOWNSTREAM_CLOSED
-        finally:
-            if writer is not None:
-                writer.stop()
-            session.__exit__()
-            if input_path:
-                os.close(src)
+        log.info(
+            "done",
+            state_id=session.state_id,
+            bytes=stats.bytes,
+            states=stats.states,
+            commits=session.commits,
+        )
+        return ExitCode.OK
+
+
+def _open_input(input_path: str | None, stack: contextlib.ExitStack) -> int:
+    """The descriptor to read: ``--input``'s file (closed with ``stack``) or stdin."""
+    if not input_path:
+        return sys.stdin.fileno()
+    try:
+        src = os.open(input_path, os.O_RDONLY)
+    except OSError as exc:
+        raise ConfigError(f"--input {input_path}: {exc.strerror}") from None
+    stack.callback(os.close, src)
+    return src
+
+
+def _start_session(
+    settings: Settings,
+    hooks: RunHooks | None,
+    state_file: str | None,
+    run_metrics: metrics.RunMetrics | None,
+    stack: contextlib.ExitStack,
+) -> Session:
+    """The run's session, entered on ``stack``; if it cannot start, the tap's reader of
+    ``state_file`` is let go so that the tap does not wait for a state that never comes."""
+    try:
+        session = Session(settings, hooks=hooks)
+        if run_metrics is not None:
+            run_metrics.session = session  # the lease wait counts even if it fails
+        return stack.enter_context(session)
+    except BaseException:
+        if state_file:
+            handoff.release_reader(state_file)
+        raise
+
+
+def _scanner(
+    session: Session, strict: bool, after_target: bool, run_metrics: metrics.RunMetrics | None
+) -> LineScanner:
+    """What reads the stream's lines: committing states, and counting for the metrics."""
+    on_bad = _on_bad(strict)
+    if run_metrics is None:
+        return LineScanner(session.offer, on_bad, after_target)
+    counting = metrics.CountingScanner(session.offer, on_bad, after_target)
+    run_metrics.bytes = lambda: counting.bytes
+    run_metrics.records = lambda: counting.records
+    run_metrics.states = lambda: counting.states
+    metrics.attach(run_metrics, session)
+    return counting
