@@ -23,8 +23,8 @@ from mapper_state import jsonio
 from mapper_state.core import history, state
 from mapper_state.core.lease import LEASE_FILE, LeaseRecord, lease_key
 from mapper_state.errors import ConfigError
-from mapper_state.ops.commands import literal_prefix, state_entries, state_keys
 from mapper_state.ops.fetch import fetch_all
+from mapper_state.ops.reading import literal_prefix, state_entries, state_keys
 from mapper_state.stores.base import BlobStore, listing
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -14,7 +14,8 @@ from typing import Any
 from mapper_state.core import bookmarks
 from mapper_state.core.state import StateSnapshot
 from mapper_state.errors import BadInput, StateNotFound
-from mapper_state.ops.commands import Guard, get_state, not_found, write_with
+from mapper_state.ops.reading import get_state, not_found
+from mapper_state.ops.writes import Guard, write_with
 from mapper_state.stores.base import BlobStore
 
 

@@ -1,0 +1,275 @@
+"""Changing states the way a run does: under the lease, fenced, with history kept.
+
+Every write takes the lease on the state ID, reads the state and its version,
+confirms the lease, then writes only if the state is still at that version, so an
+operator can never interleave with a running pipeline. Before a state is changed
+or cleared its current value is kept in the history (if the newest snapshot does
+not already hold it), so every change is undoable with ``state rollback``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mapper_state import log
+from mapper_state.core import history, state
+from mapper_state.core.lease import Lease, read_lease
+from mapper_state.core.state import StateSnapshot, state_key
+from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError, StateNotFound
+from mapper_state.ops.fetch import fetch_all
+from mapper_state.ops.reading import not_found
+from mapper_state.settings import Settings
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+
+
+class StateExists(BadInput):
+    """A copy, move or import would overwrite a state without ``--force``."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    """How a write takes the lease, and how much history it keeps."""
+
+    ttl: float
+    retry: float
+    wait: float
+    history_keep: int
+    #: Secret values in force, hidden from the command line the lease and history keep.
+    secret_values: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Guard:
+        return cls(
+            ttl=settings.lock_timeout,
+            retry=settings.lock_retry,
+            wait=settings.lock_wait,
+            history_keep=settings["history_keep"],
+            secret_values=tuple(settings.secrets()),
+        )
+
+    def secrets(self) -> list[str]:
+        return list(self.secret_values)
+
+    @property
+    def lock_timeout(self) -> float:
+        return self.ttl
+
+    @property
+    def lock_retry(self) -> float:
+        return self.retry
+
+    @property
+    def lock_wait(self) -> float:
+        return self.wait
+
+    def lease(self, store: BlobStore, state_id: str) -> Lease:
+        return Lease.for_settings(store, state_id, self)
+
+
+def _keep_current(
+    store: BlobStore, snapshot: StateSnapshot, guard: Guard, command: str | None = None
+) -> None:
+    """Snapshot the state about to change; if that fails, change nothing."""
+    try:
+        history.record_if_missing(
+            store, snapshot.state_id, snapshot.value, keep=guard.history_keep, command=command
+        )
+    except StoreError as exc:
+        raise StoreError(
+            f"could not keep the current state of {snapshot.state_id} in its history, "
+            f"so nothing was changed: {exc.message}"
+        ) from None
+
+
+def _commit(
+    store: BlobStore, lease: Lease, snapshot: StateSnapshot, value: Any, guard: Guard, note: str
+) -> None:
+    _keep_current(store, snapshot, guard, lease.command)
+    lease.confirm()
+    state.save(
+        store,
+        snapshot.state_id,
+        value,
+        if_version=snapshot.version,
+        serial=snapshot.next_serial,
+        run_id=lease.run_id,
+    )
+    try:
+        history.record(
+            store,
+            snapshot.state_id,
+            value,
+            run_id=lease.run_id,
+            keep=guard.history_keep,
+            note=note,
+            command=lease.command,
+        )
+    except StoreError as exc:
+        log.warning(
+            f"the state of {snapshot.state_id} was written, but not its history snapshot: "
+            f"{exc.message}"
+        )
+
+
+def _remove(
+    store: BlobStore, lease: Lease, snapshot: StateSnapshot, guard: Guard, *, keep_history: bool
+) -> None:
+    if keep_history:
+        _keep_current(store, snapshot, guard, lease.command)
+    lease.confirm()
+    try:
+        store.delete(state_key(snapshot.state_id), if_version=snapshot.version)
+    except PreconditionFailed:
+        raise LeaseLost(
+            f"the state of {snapshot.state_id} was changed by another writer; not clearing it"
+        ) from None
+
+
+def write_with(
+    store: BlobStore,
+    state_id: str,
+    guard: Guard,
+    compute: Callable[[StateSnapshot], Any],
+    note: str,
+) -> Any:
+    """Under the lease: read the state, ``compute`` the new one from it, write it (with
+    history snapshots before and after); return what was written."""
+    with guard.lease(store, state_id) as lease:
+        snapshot = state.load(store, state_id)
+        value = compute(snapshot)
+        _commit(store, lease, snapshot, value, guard, note)
+    return value
+
+
+#: ``set_state`` or ``merge_state``: ``(store, state_id, value, guard)``.
+Writer = Callable[[BlobStore, str, Any, Guard], Any]
+
+
+#: ``copy_state`` or ``move_state``: ``(store, src, dst, guard, *, force)``.
+class Transfer(Protocol):
+    def __call__(
+        self, store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool
+    ) -> None: ...
+
+
+def set_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> None:
+    write_with(store, state_id, guard, lambda _: value, "state set")
+
+
+def merge_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> Any:
+    """Deep-merge ``value`` over the existing state; return the result."""
+
+    def merged(snapshot: StateSnapshot) -> Any:
+        if not snapshot.exists:
+            raise not_found(store, state_id)
+        return state.deep_merge(snapshot.value or {}, value)
+
+    return write_with(store, state_id, guard, merged, "state merge")
+
+
+def clear_state(store: BlobStore, state_id: str, guard: Guard, *, with_history: bool) -> str | None:
+    """Remove the state, and its history if ``with_history``.
+
+    Returns the newest snapshot's name (the one that restores the state), if any.
+    """
+    with guard.lease(store, state_id) as lease:
+        snapshot = state.load(store, state_id)
+        if snapshot.exists:
+            _remove(store, lease, snapshot, guard, keep_history=not with_history)
+        elif not (with_history and history.snapshot_names(store, state_id)):
+            raise not_found(store, state_id)
+        if with_history:
+            history.delete_all(store, state_id)
+            return None
+        names = history.snapshot_names(store, state_id)
+        return names[-1] if names else None
+
+
+def refuse_busy(store: BlobStore, state_ids: list[str], what: str) -> None:
+    """Fail before touching anything if any of ``state_ids`` is held by a live run."""
+    now = time.time()
+    for state_id, (holder, _) in fetch_all(state_ids, lambda i: read_lease(store, i)):
+        if holder is not None and not holder.is_expired(now):
+            raise LeaseBusy(f"{what}: state ID {state_id} is busy: {holder.describe()}")
+
+
+def each_state(state_ids: list[str], action: Callable[[str], object], verb: str) -> None:
+    """Run ``action`` on each state ID in turn; a failure says how many were ``verb`` before."""
+    for done, state_id in enumerate(state_ids):
+        try:
+            action(state_id)
+        except MapperStateError as exc:
+            raise MapperStateError(
+                f"{verb} {done} of {len(state_ids)} states, then stopped at {state_id}: "
+                f"{exc.message}",
+                exit_code=exc.exit_code,
+            ) from None
+
+
+def clear_many(store: BlobStore, state_ids: list[str], guard: Guard, *, with_history: bool) -> None:
+    refuse_busy(store, state_ids, "nothing cleared")
+    each_state(
+        state_ids,
+        lambda i: clear_state(store, i, guard, with_history=with_history),
+        "cleared",
+    )
+
+
+def refuse_existing(snapshot: StateSnapshot, force: bool) -> None:
+    if snapshot.exists and not force:
+        raise StateExists(f"state ID {snapshot.state_id} exists already; add --force to replace it")
+
+
+def copy_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool) -> None:
+    if src == dst:
+        raise BadInput("the source and destination are the same state ID")
+    source = state.load(store, src)
+    if not source.exists:
+        raise not_found(store, src)
+
+    def value(target: StateSnapshot) -> Any:
+        refuse_existing(target, force)
+        return source.value
+
+    write_with(store, dst, guard, value, f"state copy from {src}")
+
+
+def move_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool) -> None:
+    """Copy ``src`` onto ``dst`` and remove ``src``, holding both leases (taken in name order)."""
+    if src == dst:
+        raise BadInput("the source and destination are the same state ID")
+    with ExitStack() as stack:
+        leases = {i: stack.enter_context(guard.lease(store, i)) for i in sorted((src, dst))}
+        source = state.load(store, src)
+        if not source.exists:
+            raise not_found(store, src)
+        target = state.load(store, dst)
+        refuse_existing(target, force)
+        _commit(store, leases[dst], target, source.value, guard, f"state move from {src}")
+        try:
+            _remove(store, leases[src], source, guard, keep_history=True)
+        except MapperStateError as exc:
+            raise MapperStateError(
+                f"copied {src} to {dst} but could not remove {src}: {exc.message}",
+                exit_code=exc.exit_code,
+            ) from None
+
+
+def rollback(
+    store: BlobStore, state_id: str, ref: str, guard: Guard
+) -> tuple[history.Snapshot, bool]:
+    """Restore the snapshot ``ref`` names; return it and whether anything changed."""
+    with guard.lease(store, state_id) as lease:
+        snapshots = history.list_snapshots(store, state_id)
+        if not snapshots:
+            raise StateNotFound(f"state ID {state_id} has no history in {store.display_uri}")
+        target = history.find_one(snapshots, ref, state_id)
+        current = state.load(store, state_id)
+        if current.exists and current.value == target.value:
+            return target, False
+        _commit(store, lease, current, target.value, guard, f"state rollback to {target.name}")
+        return target, True
