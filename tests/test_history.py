@@ -12,6 +12,7 @@ import pytest
 
 from mapper_state.core import history, state
 from mapper_state.ops import commands as ops
+from mapper_state.ops.summary import summarize_change
 from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
@@ -83,12 +84,12 @@ def test_a_nested_state_id_named_history_is_not_history() -> None:
 def test_summary_names_the_bookmarks_that_changed() -> None:
     old = {**bookmarks(users=1, orders=1, gone=1), "currently_syncing": None}
     new = {**bookmarks(users=2, orders=1, added=1), "currently_syncing": "users"}
-    assert history.summarize_change(old, new) == (
+    assert summarize_change(old, new) == (
         "changed bookmarks.users, currently_syncing; added bookmarks.added; removed bookmarks.gone"
     )
-    assert history.summarize_change(None, new) == "first snapshot"
-    assert history.summarize_change(new, new) == "no change"
-    many = history.summarize_change(bookmarks(), bookmarks(a=1, b=1, c=1, d=1, e=1, f=1))
+    assert summarize_change(None, new) == "first snapshot"
+    assert summarize_change(new, new) == "no change"
+    many = summarize_change(bookmarks(), bookmarks(a=1, b=1, c=1, d=1, e=1, f=1))
     assert many == "added bookmarks.a, bookmarks.b, bookmarks.c, bookmarks.d (+2 more)"
 
 

@@ -27,7 +27,7 @@ from mapper_state.core import history, state
 from mapper_state.core.lease import format_time
 from mapper_state.errors import BadInput, ExitCode
 from mapper_state.ops import commands as ops
-from mapper_state.ops import diff, fleet, streams
+from mapper_state.ops import diff, fleet, streams, summary
 
 # -- state ---------------------------------------------------------------------------
 
@@ -490,7 +490,7 @@ def state_history(ctx: click.Context, /, state_id: str, output_format: str, **kw
     rows = []
     previous = None
     for snap in snapshots:
-        rows.append((snap, history.summarize_change(previous, snap.value)))
+        rows.append((snap, summary.summarize_change(previous, snap.value)))
         previous = snap.value
     rows.reverse()
     current_name = next(
