@@ -1,4 +1,4 @@
-"""One stream at a time: ``state get|set|clear ID --stream S`` (SPEC 1.3).
+"""One stream at a time: ``state get|set|clear ID --stream S``.
 
 A full refresh of one stream should need neither a hand-edited JSON file nor clearing
 every stream. These commands read or change ``bookmarks.<stream>`` only (see

@@ -200,7 +200,7 @@ def test_a_create_whose_answer_was_lost_is_not_a_conflict(pg_location: PostgresL
     the row, with our bytes, and returns its version instead of "already exists"."""
     store = pg_location.open()
     store.create("warm-up", b"")  # the table exists: the next INSERT is one statement
-    conn = store._conn
+    conn = store.link.connection
     assert conn is not None
     real_execute = conn.execute
     calls: list[str] = []

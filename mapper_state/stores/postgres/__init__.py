@@ -1,7 +1,8 @@
-"""PostgreSQL: the declaration (schemes, settings); psycopg lives in ``store``.
+"""PostgreSQL: the declaration (schemes, settings); psycopg lives in the other modules.
 
-Only this declaration is imported to list settings; :mod:`.store` (and psycopg) is
-imported when a ``postgresql://`` or ``postgres://`` URI is opened.
+Only this declaration is imported to list settings; :mod:`.store` (with :mod:`.connection`,
+:mod:`.errors`, :mod:`.schema` and psycopg) is imported when a ``postgresql://`` or
+``postgres://`` URI is opened.
 """
 
 from __future__ import annotations
