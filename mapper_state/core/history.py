@@ -245,11 +245,13 @@ def record(
     keep: int,
     note: str = "",
     command: str | None = None,
+    host: str | None = None,
 ) -> None:
     """Keep ``value`` as the snapshot of run ``run_id``, after that run's final commit.
 
     ``note`` names the operator command that wrote the state; runs leave it empty.
-    ``command`` is the writer's command line as its lease keeps it (secrets hidden).
+    ``command`` is the writer's command line as its lease keeps it (secrets hidden);
+    ``host`` is this machine's name unless given.
     """
     write_snapshot(
         store,
@@ -257,7 +259,7 @@ def record(
         value,
         run_id=run_id,
         keep=keep,
-        host=socket.gethostname(),
+        host=socket.gethostname() if host is None else host,
         command=current_command() if command is None else command,
         note=note,
     )
@@ -286,16 +288,8 @@ def record_if_missing(
     newest = read_snapshot(store, state_id, names[-1]) if names else None
     if newest is not None and newest.value == value:
         return False
-    write_snapshot(
-        store,
-        state_id,
-        value,
-        run_id=run_id,
-        keep=keep,
-        host=socket.gethostname() if run_id != UNRECORDED else "",
-        command=current_command() if command is None else command,
-        note=note,
-    )
+    host = None if run_id != UNRECORDED else ""  # a writer we do not know: no host either
+    record(store, state_id, value, run_id=run_id, keep=keep, note=note, command=command, host=host)
     return True
 
 

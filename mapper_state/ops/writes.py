@@ -88,22 +88,17 @@ def _keep_current(
 def _commit(
     store: BlobStore, lease: Lease, snapshot: StateSnapshot, value: Any, guard: Guard, note: str
 ) -> None:
+    state_id, run_id = snapshot.state_id, lease.run_id
     _keep_current(store, snapshot, guard, lease.command)
     lease.confirm()
-    state.save(
-        store,
-        snapshot.state_id,
-        value,
-        if_version=snapshot.version,
-        serial=snapshot.next_serial,
-        run_id=lease.run_id,
-    )
+    serial = snapshot.next_serial
+    state.save(store, state_id, value, if_version=snapshot.version, serial=serial, run_id=run_id)
     try:
         history.record(
             store,
-            snapshot.state_id,
+            state_id,
             value,
-            run_id=lease.run_id,
+            run_id=run_id,
             keep=guard.history_keep,
             note=note,
             command=lease.command,

@@ -29,7 +29,12 @@ from mapper_state.stores.base import (
     join_key,
     landed_version,
 )
-from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats, retrying
+from mapper_state.stores.retry import (
+    DEFAULT_DEADLINE_SECONDS,
+    RetryDeadline,
+    RetryStats,
+    retrying,
+)
 
 T = TypeVar("T")
 #: One page of a listing: ``(full object name, modified epoch seconds or None)`` pairs in
@@ -47,7 +52,7 @@ def split_location(location: str, scheme: str, container: str = "bucket") -> tup
     return bucket, prefix
 
 
-class CloudStore(abc.ABC):
+class CloudStore(RetryDeadline, abc.ABC):
     """Objects under ``prefix`` in one bucket or container; keys are relative to the prefix.
 
     A subclass names its ``scheme``, and implements :meth:`_is_transient`,
@@ -79,15 +84,6 @@ class CloudStore(abc.ABC):
         )
         self.page_size = page_size  # keys per list request; None: the service's default
         self._deadline = threading.local()
-
-    @property
-    def retry_deadline_seconds(self) -> float:
-        """Seconds within which every call gives up, retries included."""
-        return self.traits.retry_deadline_seconds or DEFAULT_DEADLINE_SECONDS
-
-    @retry_deadline_seconds.setter
-    def retry_deadline_seconds(self, seconds: float) -> None:
-        self.traits.retry_deadline_seconds = seconds
 
     @abc.abstractmethod
     def close(self) -> None:

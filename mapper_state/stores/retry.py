@@ -16,10 +16,28 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from mapper_state.stores.base import StoreTraits
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE_SECONDS = 30.0
+
+
+class RetryDeadline:
+    """``retry_deadline_seconds`` for a store whose calls retry: read from and written to its
+    :class:`~mapper_state.stores.base.StoreTraits`, this module's default when unset."""
+
+    traits: StoreTraits
+
+    @property
+    def retry_deadline_seconds(self) -> float:
+        """Seconds within which every call gives up, retries included."""
+        return self.traits.retry_deadline_seconds or DEFAULT_DEADLINE_SECONDS
+
+    @retry_deadline_seconds.setter
+    def retry_deadline_seconds(self, seconds: float) -> None:
+        self.traits.retry_deadline_seconds = seconds
 
 
 class RetryStats:

@@ -32,14 +32,7 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    BlobStore,
-    Opener,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-)
+from mapper_state.stores.base import Blob, Opener, PreconditionFailed, StoreAccessDenied, StoreError
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -91,8 +84,7 @@ class GcsStore(CloudStore):
     def _blob(self, key: str) -> storage.Blob:
         return self.bucket.blob(self._key(key))
 
-    def _is_transient(self, exc: BaseException) -> bool:
-        return _is_transient(exc)
+    _is_transient = staticmethod(_is_transient)
 
     def _store_error(
         self, exc: Exception, op: str, where: str, stats: RetryStats
@@ -314,7 +306,6 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> GcsSto
     return GcsStore(client, bucket, prefix, **kwargs)
 
 
-# What the type checker proves: the class serves the store interface and the opener
-# has the registry's signature.
-_STORE: type[BlobStore] = GcsStore
+# What the type checker proves: the opener has the registry's signature, so the store it
+# returns serves the whole interface.
 _OPENER: Opener = from_uri

@@ -45,7 +45,6 @@ from mapper_state.errors import ConfigError
 from mapper_state.redact import redact, uri_secrets
 from mapper_state.stores.base import (
     Blob,
-    BlobStore,
     Entry,
     Opener,
     PreconditionFailed,
@@ -64,12 +63,12 @@ from mapper_state.stores.postgres.schema import (
     identifier,
     split_query,
 )
-from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryStats
+from mapper_state.stores.retry import DEFAULT_DEADLINE_SECONDS, RetryDeadline, RetryStats
 
 T = TypeVar("T")
 
 
-class PostgresStore:
+class PostgresStore(RetryDeadline):
     """Objects as rows of ``schema.table`` in one database; keys are the rows' keys."""
 
     def __init__(
@@ -102,16 +101,6 @@ class PostgresStore:
         )
 
     # -- naming --------------------------------------------------------------------------
-
-    @property
-    def retry_deadline_seconds(self) -> float:
-        """Seconds within which every call gives up, retries included."""
-        return self.traits.retry_deadline_seconds or DEFAULT_DEADLINE_SECONDS
-
-    @retry_deadline_seconds.setter
-    def retry_deadline_seconds(self, seconds: float) -> None:
-        self.traits.retry_deadline_seconds = seconds
-
     @property
     def display_uri(self) -> str:
         """``postgresql://user@host:port/dbname`` (and a non-default schema or table); no password."""
@@ -312,7 +301,6 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> Postgr
     return PostgresStore(params, schema=schema, table=table, **kwargs)
 
 
-# What the type checker proves: the class serves the store interface and the opener
-# has the registry's signature.
-_STORE: type[BlobStore] = PostgresStore
+# What the type checker proves: the opener has the registry's signature, so the store it
+# returns serves the whole interface.
 _OPENER: Opener = from_uri

@@ -39,14 +39,7 @@ from botocore.exceptions import (
 from urllib3.exceptions import HTTPError as _BodyError
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    BlobStore,
-    Opener,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-)
+from mapper_state.stores.base import Blob, Opener, PreconditionFailed, StoreAccessDenied, StoreError
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -151,8 +144,7 @@ class S3Store(CloudStore):
         for client in (self._default_client, *clients):
             client.close()
 
-    def _is_transient(self, exc: BaseException) -> bool:
-        return _is_transient(exc)
+    _is_transient = staticmethod(_is_transient)
 
     def _store_error(
         self, exc: Exception, op: str, where: str, stats: RetryStats
@@ -363,7 +355,6 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
     )
 
 
-# What the type checker proves: the class serves the store interface and the opener
-# has the registry's signature.
-_STORE: type[BlobStore] = S3Store
+# What the type checker proves: the opener has the registry's signature, so the store it
+# returns serves the whole interface.
 _OPENER: Opener = from_uri
