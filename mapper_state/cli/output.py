@@ -33,7 +33,9 @@ def open_store(
     ctx: click.Context, flags: dict[str, Any], config_files: tuple[str, ...]
 ) -> tuple[Settings, BlobStore]:
     settings = command_settings(ctx, flags, config_files)
-    return settings, open_configured_store(settings)
+    store = open_configured_store(settings)
+    ctx.call_on_close(store.close)  # the command's connections end with it
+    return settings, store
 
 
 def out(data: str | bytes) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -20,6 +21,15 @@ from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import BlobStore, PreconditionFailed, listing
 from tests.contract.racing import race
 from tests.helpers import count_pages
+
+
+def went_through(write: Callable[[], object]) -> bool:
+    """Whether a conditional write was made (``False``: the store refused it)."""
+    try:
+        write()
+    except PreconditionFailed:
+        return False
+    return True
 
 
 class StoreContract:
@@ -180,11 +190,7 @@ class StoreContract:
             key = f"race/{round_}"
 
             def create(client: BlobStore, i: int, key: str = key) -> bool:
-                try:
-                    client.create(key, str(i).encode())
-                    return True
-                except PreconditionFailed:
-                    return False
+                return went_through(lambda: client.create(key, str(i).encode()))
 
             winners = race(
                 [functools.partial(create, (store, second_client)[i % 2], i) for i in range(4)]
@@ -199,11 +205,7 @@ class StoreContract:
         version = store.create("cas", b"0")
 
         def replace(client: BlobStore, i: int) -> bool:
-            try:
-                client.replace("cas", str(i + 1).encode(), if_version=version)
-                return True
-            except PreconditionFailed:
-                return False
+            return went_through(lambda: client.replace("cas", str(i + 1).encode(), version))
 
         winners = race(
             [functools.partial(replace, (store, second_client)[i % 2], i) for i in range(4)]

@@ -14,16 +14,14 @@ from azure.storage.blob import BlobServiceClient
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.azure.store import from_uri
-from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.prefix_contract import PrefixContract
-from tests.contract.store_contract import StoreContract
+from mapper_state.stores.base import StoreAccessDenied, StoreError
+from tests.contract.cloud_contract import OnLocation, PrefixContract
 from tests.servers import AZURITE_KEY, FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestAzureStore(StoreContract, LeaseContract, PrefixContract):
+class TestAzureStore(OnLocation, PrefixContract):
     @pytest.fixture
     def location(self, azure_location: StoreLocation) -> StoreLocation:
         return azure_location
@@ -31,14 +29,6 @@ class TestAzureStore(StoreContract, LeaseContract, PrefixContract):
     @pytest.fixture
     def bucket_names(self, azure_location: StoreLocation) -> Callable[[], list[str]]:
         return lambda: container_blobs(azure_location)
-
-    @pytest.fixture
-    def store(self, azure_location: StoreLocation) -> BlobStore:
-        return azure_location.open()
-
-    @pytest.fixture
-    def second_client(self, azure_location: StoreLocation) -> BlobStore:
-        return azure_location.open()
 
 
 def connection_string(

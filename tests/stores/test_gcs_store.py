@@ -20,17 +20,15 @@ from google.cloud import storage
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import PreconditionFailed, StoreAccessDenied, StoreError
 from mapper_state.stores.gcs.store import from_uri
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.prefix_contract import PrefixContract
-from tests.contract.store_contract import StoreContract
+from tests.contract.cloud_contract import OnLocation, PrefixContract
 from tests.servers import FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestGcsStore(StoreContract, LeaseContract, PrefixContract):
+class TestGcsStore(OnLocation, PrefixContract):
     @pytest.fixture
     def location(self, gcs_location: StoreLocation) -> StoreLocation:
         return gcs_location
@@ -38,18 +36,6 @@ class TestGcsStore(StoreContract, LeaseContract, PrefixContract):
     @pytest.fixture
     def bucket_names(self, gcs_location: StoreLocation) -> Callable[[], list[str]]:
         return lambda: bucket_objects(gcs_location)
-
-    @pytest.fixture
-    def store(self, gcs_location: StoreLocation) -> BlobStore:
-        return gcs_location.open()
-
-    @pytest.fixture
-    def second_client(self, gcs_location: StoreLocation) -> BlobStore:
-        return gcs_location.open()
-
-    @pytest.fixture
-    def ignores_delete_preconditions(self, gcs_location: StoreLocation) -> bool:
-        return bool(gcs_location.emulator.ignores_delete_preconditions)
 
 
 def bucket_objects(location: StoreLocation) -> list[str]:

@@ -15,9 +15,7 @@ import time
 import pytest
 
 from mapper_state.core.lease import read_lease
-from mapper_state.stores.base import BlobStore
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.store_contract import StoreContract
+from tests.contract.cloud_contract import OnLocation
 from tests.helpers import MAPPER, clean_env, run_cli, spawn_cli
 from tests.servers import StoreLocation
 
@@ -25,18 +23,10 @@ pytestmark = pytest.mark.cloud
 STATE = b'{"type": "STATE", "value": {"bookmarks": {"t": {"id": %d}}}}\n'
 
 
-class TestRgwStore(StoreContract, LeaseContract):
+class TestRgwStore(OnLocation):
     @pytest.fixture
-    def store(self, rgw_location: StoreLocation) -> BlobStore:
-        return rgw_location.open()
-
-    @pytest.fixture
-    def second_client(self, rgw_location: StoreLocation) -> BlobStore:
-        return rgw_location.open()
-
-    @pytest.fixture
-    def ignores_delete_preconditions(self, rgw_location: StoreLocation) -> bool:
-        return bool(rgw_location.emulator.ignores_delete_preconditions)
+    def location(self, rgw_location: StoreLocation) -> StoreLocation:
+        return rgw_location
 
 
 def test_doctor_passes_and_says_how_it_copes(rgw_location: StoreLocation) -> None:

@@ -15,17 +15,15 @@ import pytest
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
+from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.s3.store import from_uri
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.prefix_contract import PrefixContract
-from tests.contract.store_contract import StoreContract
+from tests.contract.cloud_contract import OnLocation, PrefixContract
 from tests.servers import Emulator, FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestS3Store(StoreContract, LeaseContract, PrefixContract):
+class TestS3Store(OnLocation, PrefixContract):
     @pytest.fixture
     def location(self, s3_location: StoreLocation) -> StoreLocation:
         return s3_location
@@ -33,14 +31,6 @@ class TestS3Store(StoreContract, LeaseContract, PrefixContract):
     @pytest.fixture
     def bucket_names(self, s3_location: StoreLocation) -> Callable[[], list[str]]:
         return lambda: bucket_keys(s3_location)
-
-    @pytest.fixture
-    def store(self, s3_location: StoreLocation) -> BlobStore:
-        return s3_location.open()
-
-    @pytest.fixture
-    def second_client(self, s3_location: StoreLocation) -> BlobStore:
-        return s3_location.open()
 
 
 def raw_client(emulator: Emulator) -> Any:  # a boto3 S3 client

@@ -1,16 +1,39 @@
-"""The contract of a store whose URI names a bucket (or container) and a prefix in it.
+"""The contracts of a store on an emulator's bucket: :class:`OnLocation` runs the store and
+lease contracts on a :class:`~tests.servers.StoreLocation`, and :class:`PrefixContract`
+checks a URI's ``bucket/prefix`` is joined exactly once.
 
-A test class subclasses :class:`PrefixContract` and provides two fixtures: ``location``
-(a fresh :class:`~tests.servers.StoreLocation`) and ``bucket_names`` (the names of every
-object in that location's bucket, listed with the service's own SDK, not the store).
+A test class mixes them in and provides the fixture ``location`` (a fresh location) and,
+for :class:`PrefixContract`, ``bucket_names`` (the names of every object in that
+location's bucket, listed with the service's own SDK, not the store).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from mapper_state.stores import store_type
+from mapper_state.stores.base import BlobStore
+from tests.contract.lease_contract import LeaseContract
+from tests.contract.store_contract import StoreContract
 from tests.servers import StoreLocation
+
+
+class OnLocation(StoreContract, LeaseContract):
+    @pytest.fixture
+    def store(self, location: StoreLocation) -> BlobStore:
+        store: BlobStore = location.open()
+        return store
+
+    @pytest.fixture
+    def second_client(self, location: StoreLocation) -> BlobStore:
+        client: BlobStore = location.open()
+        return client
+
+    @pytest.fixture
+    def ignores_delete_preconditions(self, location: StoreLocation) -> bool:
+        return bool(location.emulator.ignores_delete_preconditions)
 
 
 class PrefixContract:
