@@ -324,13 +324,11 @@ class Lease:
 
     def adopt(self, record: LeaseRecord, version: str) -> None:
         """Hold the lease another process acquired and handed over: its record at ``version``."""
-        with self._lock:
-            self.record, self.version = record, version
+        self.record, self.version = record, version
 
     def disown(self) -> None:
         """Forget the lease, handed over to another process, so that nothing here releases it."""
-        with self._lock:
-            self.record, self.version = None, None
+        self.record, self.version = None, None
 
     def start_heartbeat(self, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
         """Renew every third of the TTL in a thread; call ``on_lost`` once if the lease is lost.
