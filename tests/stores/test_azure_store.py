@@ -15,13 +15,13 @@ from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.azure.store import from_uri
 from mapper_state.stores.base import StoreAccessDenied, StoreError
-from tests.contract.cloud_contract import OnLocation, PrefixContract
+from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import AZURITE_KEY, FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestAzureStore(OnLocation, PrefixContract):
+class TestAzureStore(OnEmulator, PrefixContract):
     @pytest.fixture
     def location(self, azure_location: StoreLocation) -> StoreLocation:
         return azure_location

@@ -22,13 +22,13 @@ from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.base import PreconditionFailed, StoreAccessDenied, StoreError
 from mapper_state.stores.gcs.store import from_uri
-from tests.contract.cloud_contract import OnLocation, PrefixContract
+from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestGcsStore(OnLocation, PrefixContract):
+class TestGcsStore(OnEmulator, PrefixContract):
     @pytest.fixture
     def location(self, gcs_location: StoreLocation) -> StoreLocation:
         return gcs_location

@@ -27,25 +27,18 @@ from mapper_state.meltano.policy import meltano_owns_state
 from mapper_state.redact import uri_secrets
 from mapper_state.settings import Settings
 from mapper_state.stores import open_store
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import PreconditionFailed, StoreAccessDenied, StoreError
 from mapper_state.stores.postgres.store import PostgresStore, from_uri
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.store_contract import StoreContract
+from tests.contract.location_contract import OnLocation
 from tests.helpers import clean_env, race_for_one_lease, run_cli, spawn_cli, state_line, wait_until
 from tests.pg import PostgresLocation, PostgresServer, running_postgres
 from tests.servers import StoreLocation, free_port
 
 
-class TestPostgresStore(StoreContract, LeaseContract):
+class TestPostgresStore(OnLocation):
     @pytest.fixture
-    def store(self, pg_location: PostgresLocation) -> BlobStore:
-        store: BlobStore = pg_location.open()
-        return store
-
-    @pytest.fixture
-    def second_client(self, pg_location: PostgresLocation) -> BlobStore:
-        store: BlobStore = pg_location.open()
-        return store
+    def location(self, pg_location: PostgresLocation) -> PostgresLocation:
+        return pg_location
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from mapper_state.core.lease import read_lease
-from tests.contract.cloud_contract import OnLocation
+from tests.contract.location_contract import OnEmulator
 from tests.helpers import MAPPER, clean_env, run_cli, spawn_cli
 from tests.servers import StoreLocation
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cloud
 STATE = b'{"type": "STATE", "value": {"bookmarks": {"t": {"id": %d}}}}\n'
 
 
-class TestRgwStore(OnLocation):
+class TestRgwStore(OnEmulator):
     @pytest.fixture
     def location(self, rgw_location: StoreLocation) -> StoreLocation:
         return rgw_location

@@ -17,13 +17,13 @@ from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.s3.store import from_uri
-from tests.contract.cloud_contract import OnLocation, PrefixContract
+from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import Emulator, FlakyProxy, StoreLocation, free_port
 
 pytestmark = pytest.mark.cloud
 
 
-class TestS3Store(OnLocation, PrefixContract):
+class TestS3Store(OnEmulator, PrefixContract):
     @pytest.fixture
     def location(self, s3_location: StoreLocation) -> StoreLocation:
         return s3_location

@@ -1,6 +1,9 @@
-"""The contracts of a store on an emulator's bucket: :class:`OnLocation` runs the store and
-lease contracts on a :class:`~tests.servers.StoreLocation`, and :class:`PrefixContract`
-checks a URI's ``bucket/prefix`` is joined exactly once.
+"""The contracts of a store on a test server's location.
+
+:class:`OnLocation` runs the store and lease contracts with two clients opened on
+``location`` (anything with ``open()``: a :class:`~tests.servers.StoreLocation`, a
+PostgreSQL location); :class:`OnEmulator` also hands on what the emulator is measured
+to ignore; :class:`PrefixContract` checks a URI's ``bucket/prefix`` is joined exactly once.
 
 A test class mixes them in and provides the fixture ``location`` (a fresh location) and,
 for :class:`PrefixContract`, ``bucket_names`` (the names of every object in that
@@ -10,6 +13,7 @@ location's bucket, listed with the service's own SDK, not the store).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -22,15 +26,17 @@ from tests.servers import StoreLocation
 
 class OnLocation(StoreContract, LeaseContract):
     @pytest.fixture
-    def store(self, location: StoreLocation) -> BlobStore:
+    def store(self, location: Any) -> BlobStore:
         store: BlobStore = location.open()
         return store
 
     @pytest.fixture
-    def second_client(self, location: StoreLocation) -> BlobStore:
+    def second_client(self, location: Any) -> BlobStore:
         client: BlobStore = location.open()
         return client
 
+
+class OnEmulator(OnLocation):
     @pytest.fixture
     def ignores_delete_preconditions(self, location: StoreLocation) -> bool:
         return bool(location.emulator.ignores_delete_preconditions)
