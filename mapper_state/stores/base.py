@@ -35,7 +35,8 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    and paging, from :class:`mapper_state.stores.cloud.CloudStore`.
 8. Set ``traits`` (:class:`StoreTraits`) in ``__init__``: ``enforces_delete_conditions``
    only where the service is known to refuse a stale conditional delete. ``close()``
-   releases connections.
+   releases connections. Declare the opener's type (``_OPENER: Opener = from_uri``, or
+   pass the function itself as ``opener``) so that mypy proves the store fits.
 9. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
    store joins its prefix exactly once, whatever slashes the user typed.
 10. Import the SDK inside the store's implementation only (the import-linter contract
