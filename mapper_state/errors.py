@@ -33,11 +33,14 @@ class MapperStateError(Exception):
     """Base of every error a user can cause or must act on."""
 
     exit_code: int = ExitCode.INTERNAL
+    #: Lines shown as they are under the one-line message (e.g. YAML to paste).
+    detail: str = ""
 
-    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+    def __init__(self, message: str, *, exit_code: int | None = None, detail: str = "") -> None:
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
+        self.detail = detail
 
     @property
     def message(self) -> str:

@@ -57,7 +57,8 @@ def _redact(text: str) -> str:
     return redact.redact_known(text)
 
 
-def emit(level: str, message: str, **fields: Any) -> None:
+def emit(level: str, message: str, detail: str = "", **fields: Any) -> None:
+    """One line; a ``detail`` of our own (YAML to paste) follows it as it is, indented."""
     message = _redact(" ".join(message.splitlines()) or message)
     if _json:
         record = {
@@ -65,12 +66,15 @@ def emit(level: str, message: str, **fields: Any) -> None:
             "level": level,
             "message": message,
         }
+        if detail:
+            record["detail"] = _redact(detail)
         record.update({k: (_redact(v) if isinstance(v, str) else v) for k, v in fields.items()})
         line = orjson.dumps(record).decode()
     else:
         extra = " ".join(f"{k}={v}" for k, v in fields.items())
         prefix = "" if level == "info" else f"{level}: "
         line = f"mapper-state: {prefix}{message}" + (f" ({_redact(extra)})" if extra else "")
+        line += "".join(f"\n    {row}" for row in _redact(detail).splitlines())
     try:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
@@ -95,5 +99,5 @@ def warning(message: str, **fields: Any) -> None:
     emit("warning", message, **fields)
 
 
-def error(message: str, **fields: Any) -> None:
-    emit("error", message, **fields)
+def error(message: str, detail: str = "", **fields: Any) -> None:
+    emit("error", message, detail, **fields)

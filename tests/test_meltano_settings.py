@@ -215,11 +215,9 @@ def test_a_mapping_without_state_id_says_what_to_add_to_meltano_yml(project: Pat
     env = meltano_env(project, f"file://{project}/.meltano/state")
     code, err = run_mapping(project, {}, env, stream=STREAM)
     assert code == 2, err
-    assert err.count("\n") == 1, err
-    assert (
-        "add to meltano.yml: mappings: - name: remote-state config: "
-        "state_id: dev:tap-sample-to-<loader> (under the mapper mapper-state, " in err
-    )
+    assert "add it to meltano.yml as below, with your loader's name" in err
+    assert "\n        - name: remote-state\n" in err  # the YAML, line by line
+    assert "\n            state_id: dev:tap-sample-to-<loader>\n" in err
     assert not (project / ".meltano" / "state").exists()
     # outside Meltano the error does not talk about meltano.yml
     result = run_cli(cwd=project, input=STREAM)
@@ -235,8 +233,8 @@ def test_a_mapping_without_state_id_says_what_to_add_to_meltano_yml(project: Pat
     ("uri", "where"),
     [
         ("file://{project}/.meltano/state", "{project}/.meltano/state"),
-        # Meltano uses only the URI's path: the "host" part is ignored
-        ("file://anyhost{project}/.meltano/state", "{project}/.meltano/state"),
+        # Meltano uses only the URI's path: `localhost` names this machine
+        ("file://localhost{project}/.meltano/state", "{project}/.meltano/state"),
     ],
 )
 def test_meltanos_backend_is_read_where_meltano_reads_it(
@@ -254,15 +252,23 @@ def test_meltanos_backend_is_read_where_meltano_reads_it(
     assert json.loads(got.stdout) == BOOKMARK, got.stderr
 
 
-@pytest.mark.parametrize("uri", ["file:meltano-state", "file://meltano-state", "file:"])
-def test_a_relative_meltano_file_uri_is_refused(project: Path, uri: str) -> None:
-    # Meltano 4.4.1 keeps no state with these (it reads and writes elsewhere than it
-    # creates the directory): say so rather than guess
+@pytest.mark.parametrize(
+    ("uri", "why"),
+    [
+        ("file:meltano-state", "has no absolute path"),
+        ("file:", "has no absolute path"),
+        ("file://meltano-state", ": Meltano reads 'meltano-state' as a host name and keeps no"),
+        ("file://anyhost/abs", ": Meltano reads 'anyhost' as a host name and keeps the state in"),
+    ],
+)
+def test_a_relative_meltano_file_uri_is_refused(project: Path, uri: str, why: str) -> None:
+    # Meltano 4.4.1 keeps no state with the relative ones, and drops a host: say so
+    # rather than guess
     env = meltano_env(project, uri)
     code, err = run_mapping(project, {"state_id": "events-copy"}, env, stream=STREAM)
     assert code == 2, err
     assert err.count("\n") == 1, err
-    assert f"MELTANO_STATE_BACKEND_URI {uri} has no absolute path" in err
+    assert f"MELTANO_STATE_BACKEND_URI {uri}{' ' if why[0] != ':' else ''}{why}" in err
     # a store named in the mapping's config wins over Meltano's: no error then
     config = {"state_id": "events-copy", "state_backend.uri": "file://mine"}
     code, err = run_mapping(project, config, env, stream=STREAM)
@@ -270,12 +276,14 @@ def test_a_relative_meltano_file_uri_is_refused(project: Path, uri: str) -> None
     assert stored_state(project / "mine", "events-copy") == BOOKMARK
 
 
-def test_a_file_uri_with_a_relative_host_means_the_root_as_for_meltano(project: Path) -> None:
+def test_a_file_uri_with_a_relative_host_is_refused_not_followed_to_the_root(
+    project: Path,
+) -> None:
     # `file://.meltano/state` is `/state` to Meltano (".meltano" parses as a host name)
     env = meltano_env(project, "file://.meltano/state")
     result = run_cli("state", "list", cwd=project, env=env)
-    assert result.returncode == 0, result.stderr
-    assert b"file:///state" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert b"keeps the state in /state; write file:///absolute/path" in result.stderr
 
 
 @pytest.mark.parametrize(

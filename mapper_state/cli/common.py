@@ -196,7 +196,7 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except MapperStateError as exc:
-            log.error(exc.message)
+            log.error(exc.message, detail=exc.detail)
             sys.exit(int(exc.exit_code))
         except KeyboardInterrupt:
             log.error("interrupted")

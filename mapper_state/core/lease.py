@@ -137,6 +137,19 @@ class LeaseRecord:
         )
 
 
+def lost_to(holder: LeaseRecord | None, run_id: str) -> str:
+    """Who has the lease a run lost: another run, or an operator who broke this run's.
+
+    ``lock break`` leaves the broken holder's own record in place, marked broken: a
+    broken record naming this run means an operator broke it, not that this run did.
+    """
+    if holder is None:
+        return "broken or released by someone else"
+    if holder.status == BROKEN and holder.run_id == run_id:
+        return "broken by an operator (`mapper-state lock break`)"
+    return holder.describe()
+
+
 def read_lease(store: BlobStore, state_id: str) -> tuple[LeaseRecord | None, Blob | None]:
     blob = store.read(lease_key(state_id))
     return (LeaseRecord.from_bytes(blob.data) if blob else None), blob
@@ -313,8 +326,9 @@ class Lease:
                 self.version = self.store.replace(self.key, record.to_bytes(), self.version)
             except PreconditionFailed:
                 holder, _ = read_lease(self.store, self.state_id)
-                who = holder.describe() if holder else "broken or released by someone else"
-                self.lost = LeaseLost(f"lost the lease on {self.state_id}: now {who}")
+                self.lost = LeaseLost(
+                    f"lost the lease on {self.state_id}: now {lost_to(holder, self.run_id)}"
+                )
                 raise self.lost from None
             self.record = record
         finally:

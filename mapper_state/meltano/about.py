@@ -1,12 +1,15 @@
-"""The Singer SDK face: ``--about`` in the formats Meltano and its users expect.
+"""``--about`` in the formats Meltano and its users expect (those of the Singer SDK).
 
 The settings schema is generated from the settings catalog (:func:`mapper_state.config.catalog`), so it
-never drifts from what the settings parser accepts. The SDK's own about formatters
-render JSON and Markdown; it is imported only here, when ``--about`` is asked for.
+never drifts from what the settings parser accepts. JSON and Markdown are rendered here
+in the Singer SDK's layout (its ``AboutFormatter``), without the SDK: it is not a
+dependency (with SQLAlchemy and the rest it would triple the installed size).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -61,23 +64,60 @@ def about_text() -> str:
     return "\n".join(lines)
 
 
+#: The Singer capabilities mapper-state declares.
+CAPABILITIES = ("about",)
+PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
+
+
+def about_json() -> str:
+    """The SDK's ``--about --format json``: name, description, version, capabilities, settings."""
+    data = {
+        "name": NAME,
+        "description": DESCRIPTION,
+        "version": __version__,
+        "supported_python_versions": list(PYTHON_VERSIONS),
+        "capabilities": list(CAPABILITIES),
+        "settings": settings_schema(),
+    }
+    return json.dumps(data, indent=2)
+
+
+def _rows(schema: dict[str, Any], parent: str = "") -> Iterator[str]:
+    required = schema.get("required", [])
+    for name, prop in schema.get("properties", {}).items():
+        full = f"{parent}.{name}" if parent else name
+        description = prop.get("description", "").replace("\n", "<BR/>")
+        yield f"| {full} | {name in required} | {prop.get('default', 'None')} | {description} |"
+        yield from _rows(prop, full)
+
+
+def about_markdown() -> str:
+    """The SDK's ``--about --format markdown``: a header, capabilities and a settings table."""
+    lines = [
+        f"# `{NAME}`",
+        "",
+        DESCRIPTION,
+        "",
+        "## Capabilities",
+        "",
+        *(f"- `{c}`" for c in CAPABILITIES),
+        "",
+        "## Supported Python Versions",
+        "",
+        *(f"- {v}" for v in PYTHON_VERSIONS),
+        "",
+        "## Settings",
+        "",
+        "| Setting | Required | Default | Description |",
+        "|:--------|:--------:|:-------:|:------------|",
+        *_rows(settings_schema()),
+        "",
+        f"A full list of supported settings and capabilities is available by running: "
+        f"`{NAME} --about`",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def print_about(fmt: str) -> None:
-    if fmt == "text":
-        click.echo(about_text())
-        return
-    from importlib.metadata import version
-
-    from singer_sdk.about import AboutFormatter, AboutInfo
-    from singer_sdk.helpers.capabilities import PluginCapabilities
-
-    info = AboutInfo(
-        name=NAME,
-        description=DESCRIPTION,
-        version=__version__,
-        sdk_version=version("singer-sdk"),
-        supported_python_versions=["3.11", "3.12", "3.13"],
-        capabilities=[PluginCapabilities.ABOUT],
-        settings=settings_schema(),
-        env_var_prefix=ENV_PREFIX,
-    )
-    click.echo(AboutFormatter.get_formatter(fmt).format_about(info))
+    render = {"text": about_text, "json": about_json, "markdown": about_markdown}[fmt]
+    click.echo(render())

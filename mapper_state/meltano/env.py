@@ -98,28 +98,51 @@ def project_root(env: Mapping[str, str] | None = None) -> str | None:
 def meltano_file_path(uri: str) -> str | None:
     """The directory Meltano's local backend uses for a ``file:`` URI, if it can use one.
 
-    Meltano takes only the URI's path: ``file:///tmp/x`` is ``/tmp/x``, and so is
+    Meltano 4.4.1 takes only the URI's path: ``file:///tmp/x`` is ``/tmp/x``, and so is
     ``file://anyhost/tmp/x``; ``file://.meltano/state`` is ``/state`` (``.meltano``
-    parses as a host name). A relative path (``file:rel/x``) or none (``file://dir``)
-    does not work in Meltano 4.4.1: it creates the directory relative to its cwd but
-    reads and writes elsewhere, so no state is ever kept. ``None`` for those.
+    parses as a host name). A relative path (``file:rel/x``) does not work in Meltano:
+    it keeps no state there. ``None`` for those.
     """
     path = urlsplit(uri).path
     return os.path.normpath(path) if os.path.isabs(path) else None
 
 
+def _meltano_file_host(uri: str) -> str:
+    """The host part of a ``file://`` URI (``localhost`` counts as none: it is this machine)."""
+    host = uri.partition("://")[2].partition("/")[0] if "://" in uri else ""
+    return "" if host.lower() == "localhost" else host
+
+
+def _meltano_file_uri(uri: str) -> str:
+    spellings = (
+        "write file:///absolute/path, or file://${MELTANO_PROJECT_ROOT}/.meltano/state "
+        "in meltano.yml for a directory of the project"
+    )
+    host, path = _meltano_file_host(uri), meltano_file_path(uri)
+    if host:
+        where = f"keeps the state in {path}" if path else "keeps no state"
+        raise ConfigError(
+            f"{BACKEND_URI_VAR} {uri}: Meltano reads {host!r} as a host name and {where}; "
+            f"{spellings}"
+        )
+    if path is None:
+        raise ConfigError(
+            f"{BACKEND_URI_VAR} {uri} has no absolute path, and Meltano keeps no state "
+            f"there (it uses only a file URI's path); {spellings}"
+        )
+    return "file://" + path
+
+
 def from_meltano_uri(uri: str) -> str:
-    """Meltano's ``state_backend.uri`` as a mapper-state URI naming the same place."""
+    """Meltano's ``state_backend.uri`` as a mapper-state URI naming the same place.
+
+    A ``file://`` URI with a host is refused: Meltano drops the host (``file://.meltano/state``
+    is ``/state`` to Meltano) where mapper-state's own settings read it as a relative
+    path, so no reading of it is the place the user meant.
+    """
     scheme = uri.partition(":")[0].lower()
     if scheme == "file":
-        path = meltano_file_path(uri)
-        if path is None:
-            raise ConfigError(
-                f"{BACKEND_URI_VAR} {uri} has no absolute path, and Meltano keeps no state "
-                "there (it uses only a file URI's path); use file:///absolute/path, e.g. "
-                "file://${MELTANO_PROJECT_ROOT}/.meltano/state in meltano.yml"
-            )
-        return "file://" + path
+        return _meltano_file_uri(uri)
     scheme_sep, _, rest = uri.partition("://")
     netloc, slash, path = rest.partition("/")
     if "@" in netloc and scheme == "s3":  # s3://<key id>:<secret>@bucket: credentials come apart

@@ -67,12 +67,7 @@ def lock_only(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
     explicit = settings["lock_only"]
     owned = meltano_owns_state(settings, env)
     if explicit is None:
-        if owned:
-            log.info(
-                f"{settings.state_id} is Meltano's own state: holding its lease for the run "
-                "and leaving state.json to Meltano (lock_only)"
-            )
-        return owned
+        return owned  # said once the lease is held (MeltanoHooks.check_prior), not before
     if owned and not explicit:
         log.warning(
             f"lock_only is off but {settings.state_id} in this store is Meltano's own state: "
@@ -88,11 +83,22 @@ def missing_state_id(env: Mapping[str, str] | None = None) -> ConfigError | None
     if run is None:
         return None
     prefix = run.state_id_prefix() or "<environment>:<extractor>-to-"
-    mapper = f"the mapper {run.mapper}" if run.mapper else "the mapper"
+    yaml = "\n".join(
+        (
+            "plugins:",
+            "  mappers:",
+            f"  - name: {run.mapper or '<this mapper>'}",
+            "    mappings:",
+            f"    - name: {run.mapping}",
+            "      config:",
+            f"        state_id: {prefix}<loader>",
+        )
+    )
     return ConfigError(
-        f"setting state_id is missing in the Meltano mapping {run.mapping}; add to meltano.yml: "
-        f"mappings: - name: {run.mapping} config: state_id: {prefix}<loader> (under {mapper}, "
-        "with your loader's name: Meltano does not tell a mapper which loader follows)"
+        f"setting state_id is missing in the Meltano mapping {run.mapping}; add it to "
+        "meltano.yml as below, with your loader's name (Meltano does not tell a mapper which "
+        "loader follows)",
+        detail=yaml,
     )
 
 
@@ -144,6 +150,11 @@ class MeltanoHooks(RunHooks):
 
     def check_prior(self, settings: Settings, prior: StateSnapshot, where: str) -> None:
         check_handed_state(settings, prior, where)
+        if settings["lock_only"] is None and meltano_owns_state(settings):
+            log.info(  # only now that the lease is ours: a busy run says only that it is busy
+                f"{settings.state_id} is Meltano's own state: holding its lease for the run "
+                "and leaving state.json to Meltano (lock_only)"
+            )
 
     def hand_over(self, lease: Lease, settings: Settings) -> bool:
         explicit = settings["lock_only"]

@@ -80,6 +80,26 @@ class Progress:
     counter: LineCounter
     confirmed: int = 0
     started: float = field(default_factory=time.monotonic)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the children ended: their exit codes (negative: killed by that signal)."""
+
+    tap: int
+    target: int
+    target_closed: bool
+
+
+def exit_name(code: int) -> str:
+    """``0``, ``1``, or ``SIGTERM`` for a child killed by a signal (``-15``)."""
+    if code >= 0:
+        return str(code)
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return str(code)
 
 
 @contextlib.contextmanager
@@ -146,8 +166,12 @@ def _confirmations(children: Children, session: Session, progress: Progress) -> 
         progress.confirmed += 1
         session.offer(value)
 
-    def on_bad(message: str) -> None:
-        log.warning(message)
+    reported: set[str] = set()
+
+    def on_bad(message: str) -> None:  # once each: a target echoing its input repeats them
+        if message not in reported:
+            reported.add(message)
+            log.warning(message + " (further ones not reported)")
 
     def read() -> None:
         assert children.target.stdout is not None
@@ -169,9 +193,9 @@ def _confirmations(children: Children, session: Session, progress: Progress) -> 
     return thread
 
 
-def _progress_line(progress: Progress, session: Session, stop: threading.Event) -> None:
+def _progress_line(progress: Progress, session: Session) -> None:
     """Rewrite one status line on the terminal every second."""
-    while not stop.wait(1.0):
+    while not progress.stop.wait(1.0):
         elapsed = time.monotonic() - progress.started
         counter = progress.counter
         rate = counter.records / elapsed if elapsed else 0
@@ -213,64 +237,88 @@ def _run_pipeline(
         if state_path:
             tap_cmd = [*tap_cmd, "--state", state_path]
         children = Children(tap_cmd, target_cmd)
-        previous = {s: signal.signal(s, children.forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        show_progress = sys.stderr.isatty() and settings["log_format"] == "text"
-        progress = Progress(LineCounter(count_records=show_progress or run_metrics is not None))
-        if run_metrics is not None:
-            run_metrics.bytes = lambda: progress.counter.bytes
-            run_metrics.records = lambda: progress.counter.records
-            run_metrics.states = lambda: progress.confirmed
-            metrics.attach(run_metrics, session)
-        stop_progress = threading.Event()
-        if show_progress:
-            threading.Thread(
-                target=_progress_line, args=(progress, session, stop_progress), daemon=True
-            ).start()
-        reader = _confirmations(children, session, progress)
-        target_closed = False
-        try:
-            assert children.tap.stdout is not None and children.target.stdin is not None
-            enlarge_pipe(children.target.stdin.fileno())
-            try:
-                pump(
-                    children.tap.stdout.fileno(),
-                    children.target.stdin.fileno(),
-                    progress.counter,  # type: ignore[arg-type]
-                    check=session.check,
-                )
-            except DownstreamClosed:
-                target_closed = True
-                children.stop_tap()
-            finally:
-                with contextlib.suppress(BrokenPipeError):
-                    children.target.stdin.close()
-                children.tap.stdout.close()
-            tap_code = children.tap.wait()
-            target_code = children.target.wait()
-            reader.join()
-        finally:
-            stop_progress.set()
-            for s, h in previous.items():
-                signal.signal(s, h)
-            if children.tap.poll() is None or children.target.poll() is None:
-                children.forward(signal.SIGTERM)
-                children.tap.wait()
-                children.target.wait()
+        progress = _start_progress(settings, session, run_metrics)
+        outcome = _supervise(children, session, progress)
         session.finish()  # the last target-confirmed state; raises if the lease was lost
         log.info(
             "run finished",
             state_id=session.state_id,
             messages=progress.counter.lines,
             states_confirmed=progress.confirmed,
-            tap_exit=tap_code,
-            target_exit=target_code,
+            tap_exit=exit_name(outcome.tap),
+            target_exit=exit_name(outcome.target),
         )
-    if children.received:
-        return 128 + children.received
-    if target_code != 0 or target_closed:
-        log.error(f"the target failed (exit {target_code}); stored the last state it confirmed")
+    return _verdict(children.received, outcome, progress.confirmed)
+
+
+def _start_progress(
+    settings: Settings, session: Session, run_metrics: metrics.RunMetrics | None
+) -> Progress:
+    """The run's counters, wired to the metrics, and the terminal's progress line if any."""
+    show_progress = sys.stderr.isatty() and settings["log_format"] == "text"
+    progress = Progress(LineCounter(count_records=show_progress or run_metrics is not None))
+    if run_metrics is not None:
+        run_metrics.bytes = lambda: progress.counter.bytes
+        run_metrics.records = lambda: progress.counter.records
+        run_metrics.states = lambda: progress.confirmed
+        metrics.attach(run_metrics, session)
+    if show_progress:
+        threading.Thread(target=_progress_line, args=(progress, session), daemon=True).start()
+    return progress
+
+
+def _supervise(children: Children, session: Session, progress: Progress) -> Outcome:
+    """Pump the tap into the target, read its confirmations, and wait for both to end."""
+    previous = {s: signal.signal(s, children.forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    reader = _confirmations(children, session, progress)
+    target_closed = False
+    try:
+        assert children.tap.stdout is not None and children.target.stdin is not None
+        enlarge_pipe(children.target.stdin.fileno())
+        try:
+            pump(
+                children.tap.stdout.fileno(),
+                children.target.stdin.fileno(),
+                progress.counter,  # type: ignore[arg-type]
+                check=session.check,
+            )
+        except DownstreamClosed:
+            target_closed = True
+            children.stop_tap()
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                children.target.stdin.close()
+            children.tap.stdout.close()
+        outcome = Outcome(children.tap.wait(), children.target.wait(), target_closed)
+        reader.join()
+    finally:
+        progress.stop.set()
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if children.tap.poll() is None or children.target.poll() is None:
+            children.forward(signal.SIGTERM)
+            children.tap.wait()
+            children.target.wait()
+    return outcome
+
+
+def _verdict(received: int | None, outcome: Outcome, confirmed: int) -> int:
+    """The exit code, with one line saying what failed and what was stored."""
+    kept = "the stored state is unchanged"
+    if received:
+        stored = "stored the last state the target confirmed" if confirmed else kept
+        log.error(f"interrupted by {signal.Signals(received).name}; {stored}")
+        return 128 + received
+    if outcome.target != 0 or outcome.target_closed:
+        stored = "stored the last state it confirmed" if confirmed else f"it confirmed none: {kept}"
+        log.error(f"the target failed (exit {exit_name(outcome.target)}); {stored}")
         return ExitCode.TARGET_FAILED
-    if tap_code != 0:
-        log.error(f"the tap failed (exit {tap_code}); stored the last state the target confirmed")
+    if outcome.tap != 0:
+        stored = (
+            "stored the last state the target confirmed"
+            if confirmed
+            else f"the target confirmed none: {kept}"
+        )
+        log.error(f"the tap failed (exit {exit_name(outcome.tap)}); {stored}")
         return ExitCode.TAP_FAILED
     return ExitCode.OK

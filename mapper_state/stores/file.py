@@ -51,7 +51,8 @@ class FileStore:
 
     @property
     def display_uri(self) -> str:
-        return f"file://{self.root}"
+        """``file:///abs/path``: the directory read, whatever the cwd of whoever reads the message."""
+        return f"file://{os.path.abspath(self.root)}"
 
     # -- paths -----------------------------------------------------------------
     def _path(self, key: str) -> Path:

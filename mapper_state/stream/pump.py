@@ -206,8 +206,23 @@ class LineScanner:
         except jsonio.DecodeError:
             self.on_bad("a line from the target is not a JSON state; passed through, not stored")
             return
+        if isinstance(value, dict) and value.get("type") == "STATE" and "value" in value:
+            value = value["value"]  # a target that echoes Singer STATE messages: their value
+        elif not isinstance(value, dict) or value.get("type") in _SINGER_TYPES:
+            self.on_bad(_not_a_state(value))
+            return
         self.states += 1
         self.on_state(value)
+
+
+#: Singer message types a target may print on stdout that are not states it confirms.
+_SINGER_TYPES = frozenset({"STATE", "RECORD", "SCHEMA", "ACTIVATE_VERSION", "BATCH"})
+
+
+def _not_a_state(value: object) -> str:
+    if isinstance(value, dict):
+        return f"the target printed a Singer {value['type']} message, not a state; not stored"
+    return "a line from the target is not a JSON object; passed through, not stored"
 
 
 def pump(

@@ -315,8 +315,7 @@ def test_a_state_id_of_its_own_and_a_missing_one(tmp_path: Path) -> None:
     assert failed.returncode != 0
     hint = (
         "mapper-state: error: setting state_id is missing in the Meltano mapping no-state-id; "
-        "add to meltano.yml: mappings: - name: no-state-id config: "
-        "state_id: dev:tap-sample-to-<loader> (under the mapper mapper-state, "
+        "add it to meltano.yml as below, with your loader's name"
     )
     assert hint in failed.stderr, failed.stderr
     assert delivered(project.output) == []
