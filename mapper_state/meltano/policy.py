@@ -64,7 +64,7 @@ def meltano_owns_state(settings: Settings, env: Mapping[str, str] | None = None)
 
 def lock_only(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
     """The ``lock_only`` setting, defaulting to :func:`meltano_owns_state`."""
-    explicit = settings["lock_only"]
+    explicit = settings.lock_only
     owned = meltano_owns_state(settings, env)
     if explicit is None:
         if owned:
@@ -146,7 +146,7 @@ class MeltanoHooks(RunHooks):
         check_handed_state(settings, prior, where)
 
     def hand_over(self, lease: Lease, settings: Settings) -> bool:
-        explicit = settings["lock_only"]
+        explicit = settings.lock_only
         meltanos = meltano_owns_state(settings) if explicit is None else bool(explicit)
         return keeper.hand_over_lease(lease, settings, snapshot=meltanos)
 

@@ -88,7 +88,7 @@ def _run_filter(
         try:
             if state_file:
                 writer = handoff.hand_off(state_file, session.handoff_value)
-            on_bad = _on_bad(bool(settings["strict"]))
+            on_bad = _on_bad(settings.strict)
             if run_metrics is None:
                 scanner = LineScanner(session.offer, on_bad, after_target)
             else:

@@ -214,7 +214,7 @@ def _run_pipeline(
             tap_cmd = [*tap_cmd, "--state", state_path]
         children = Children(tap_cmd, target_cmd)
         previous = {s: signal.signal(s, children.forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        show_progress = sys.stderr.isatty() and settings["log_format"] == "text"
+        show_progress = sys.stderr.isatty() and settings.log_format == "text"
         progress = Progress(LineCounter(count_records=show_progress or run_metrics is not None))
         if run_metrics is not None:
             run_metrics.bytes = lambda: progress.counter.bytes
