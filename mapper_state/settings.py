@@ -111,7 +111,12 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "Lease time-to-live; the holder renews it every third of it.",
         30.0,
         minimum=0.5,
-        flag=Flag("--lock-timeout-seconds", "Lease TTL.", group="lease"),
+        # every command that opens a store: a third of it bounds a store call's retries
+        flag=Flag(
+            "--lock-timeout-seconds",
+            "Lease TTL; a third of it bounds a store call's retries.",
+            group="store",
+        ),
     ),
     SettingSpec(
         "state_backend.lock_retry_seconds",
