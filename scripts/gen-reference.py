@@ -122,6 +122,13 @@ def settings_page() -> str:
         "naming the setting (exit 2). Secret settings never appear in logs, errors or",
         "`--about`. `mapper-state --about --format json` gives the same list as a JSON schema.",
         "",
+        "A misspelt name is not silently ignored: an unknown `MAPPER_STATE_*` variable, or a",
+        "config-file key close to a setting's name, is a warning naming the setting it",
+        "probably meant (`MAPPER_STATE_STATE_BACKEND_URI`: did you mean",
+        "`MAPPER_STATE_STATE_BACKEND__URI`?); an unknown `--set` name or `state_backend.*`",
+        "key is an error with the same suggestion. `MAPPER_STATE_DEBUG` (debug logs) and the",
+        "test suite's `MAPPER_STATE_TOOLS_DIR` and `MAPPER_STATE_CHAOS*` are not settings.",
+        "",
         "## The run, the store location and the lease",
         "",
         *_table(
