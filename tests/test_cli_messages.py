@@ -198,7 +198,8 @@ def test_state_list_long_shows_a_live_leases_expiry_in_the_future(tmp_path: Path
         lease.release()
     row = next(line for line in listed.stdout.splitlines() if line.startswith("job "))
     assert "nightly-42" in row
-    assert "(in 10m)" in row and " ago)" not in row, row
+    assert "(in 10m)" in row, row
+    assert " ago)" not in row, row
     assert "held, expires in 10m" in status.stdout
 
 
@@ -239,7 +240,9 @@ def test_invalid_json_for_state_set_exits_with_the_documented_bad_input_code(
     assert "not valid JSON" in error_line(result)
     codes = (ROOT / "docs" / "exit-codes.md").read_text()
     row = next(line for line in codes.splitlines() if line.startswith("| 6 |"))
-    assert "state set" in row and "import" in row and "--force" in row
+    assert "state set" in row
+    assert "import" in row
+    assert "--force" in row
 
 
 @pytest.mark.parametrize("command", READ_ONLY, ids=" ".join)
