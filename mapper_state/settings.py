@@ -461,18 +461,20 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
 def unknown_variables(specs: Sequence[SettingSpec], env: Mapping[str, str]) -> list[str]:
     """A warning for each ``MAPPER_STATE_*`` variable that names no setting (a typo, surely).
 
-    Inside Meltano (``MELTANO_PROJECT_ROOT`` set), Meltano's own spelling of a setting's
-    variable (single underscores) is Meltano's business and not reported.
+    Inside Meltano (``MELTANO_PROJECT_ROOT`` set), a name without ``__`` is Meltano's:
+    it exports each key of the mapping's config as ``<PLUGIN>_<KEY>`` (dots as ``_``),
+    and reads such variables as overrides of the plugin's settings, so they are its
+    business (the config file it hands over is checked instead).
     """
     known = {s.env_var: s for s in specs}
-    meltano = {ENV_PREFIX + s.name.upper().replace(".", "_") for s in specs}
+    in_meltano = "MELTANO_PROJECT_ROOT" in env
     found = []
     for var in sorted(env):
         if not var.startswith(ENV_PREFIX) or var in known or var in OTHER_VARIABLES:
             continue
         if var.startswith(OTHER_VARIABLE_PREFIXES):
             continue
-        if var in meltano and "MELTANO_PROJECT_ROOT" in env:
+        if in_meltano and "__" not in var[len(ENV_PREFIX) :]:
             continue
         hint = did_you_mean(var, known)
         found.append(f"ignored the environment variable {var}: it names no setting{hint}")

@@ -111,8 +111,13 @@ def test_inside_meltano_its_own_spelling_of_our_variables_is_its_business(
 ) -> None:
     env = {"MELTANO_PROJECT_ROOT": str(tmp_path), "MAPPER_STATE_STATE_ID": "dev:x"}
     env["MAPPER_STATE_STATE_BACKEND_URI"] = f"file://{tmp_path}"
+    env["MAPPER_STATE_STREAM_MAPS"] = "{}"  # Meltano exports every key of the mapping's config
     result = cli(tmp_path, "state", "list", env=env)
     assert "warning" not in result.stderr, result.stderr
+    # our own spelling is still checked there
+    env["MAPPER_STATE_STATE_BACKEND__URII"] = "file:///elsewhere"
+    result = cli(tmp_path, "state", "list", env=env)
+    assert "did you mean MAPPER_STATE_STATE_BACKEND__URI?" in result.stderr
 
 
 @pytest.mark.usefixtures("clean_environment")
