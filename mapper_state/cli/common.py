@@ -102,8 +102,12 @@ class SettingsArgs:
 
 
 def _settings_args(
-    kwargs: dict[str, Any], specs: Sequence[SettingSpec], config: tuple[str, ...], sets: Any
+    kwargs: dict[str, Any],
+    specs: Sequence[SettingSpec],
+    config: tuple[str, ...],
+    sets: tuple[str, ...],
 ) -> SettingsArgs:
+    """Take the settings' flags out of a callback's keyword arguments, with ``--set``'s."""
     flags: dict[str, Any] = {}
     for spec in specs:
         value = kwargs.pop(spec.param_name)
