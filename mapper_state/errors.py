@@ -11,7 +11,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """Exit codes, documented in the README."""
+    """Exit codes, documented in docs/exit-codes.md and listed by each command's ``--help``."""
 
     OK = 0
     INTERNAL = 1
@@ -70,7 +70,7 @@ class LeaseLost(MapperStateError):
 
 
 class BadInput(MapperStateError):
-    """A STATE message could not be used and ``--strict`` was given."""
+    """Unusable data: a STATE message under ``--strict``, or an operator command's input."""
 
     exit_code = ExitCode.BAD_INPUT
 

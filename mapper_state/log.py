@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -25,11 +25,20 @@ _json = False
 DEBUG_VAR = "MAPPER_STATE_DEBUG"
 
 
-def configure(settings: Any) -> None:
+class LogSettings(Protocol):
+    """What logging needs of the settings (:class:`mapper_state.settings.Settings` has it)."""
+
+    @property
+    def log_format(self) -> str: ...
+
+    def secrets(self) -> list[str]: ...
+
+
+def configure(settings: LogSettings) -> None:
     """Remember the secrets to hide and the format to use; with ``MAPPER_STATE_DEBUG``, debug logs."""
     global _json
     redact.remember(settings.secrets())
-    _json = settings["log_format"] == "json"
+    _json = settings.log_format == "json"
     if os.environ.get(DEBUG_VAR):
         _debug_logging()
 
@@ -40,7 +49,7 @@ class _Redacting(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = record.getMessage()
-        except Exception:  # a library's malformed log call must not stop the run
+        except (TypeError, ValueError, KeyError):  # a library's malformed log call (bad %-args)
             text = str(record.msg)
         emit("debug", f"{record.name}: {text}")
 

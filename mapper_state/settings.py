@@ -15,6 +15,7 @@ A bad value ends the process with one line that names the setting.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,13 +26,35 @@ from mapper_state.errors import ConfigError
 from mapper_state.redact import redact, uri_secrets
 
 SettingKind = Literal["string", "number", "integer", "boolean"]
+#: Which commands show a setting's flag: every command that opens a store, the commands
+#: that take the lease (writes and runs), or the runs only (the filter and ``run``).
+FlagGroup = Literal["store", "lease", "run"]
 DEFAULT_URI = "file://.mapper-state"
 URI_SETTING = "state_backend.uri"
+ENV_PREFIX = "MAPPER_STATE_"
+#: ``MAPPER_STATE_*`` variables that are not settings: ``MAPPER_STATE_DEBUG`` (log.py), the
+#: test suite's tools directory and the chaos suite's budget (tests/chaos/conftest.py).
+OTHER_VARIABLES = frozenset({"MAPPER_STATE_DEBUG", "MAPPER_STATE_TOOLS_DIR"})
+OTHER_VARIABLE_PREFIXES = ("MAPPER_STATE_CHAOS",)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A setting's command-line flag: ``--name`` (``--name/--no-name`` for an on/off switch)."""
+
+    opts: str
+    help: str
+    group: FlagGroup = "run"
+    metavar: str | None = None
+    #: Given once per value (``--full-refresh-stream a --full-refresh-stream b``).
+    repeatable: bool = False
+    #: The value names a file (not a directory).
+    path: bool = False
 
 
 @dataclass(frozen=True)
 class SettingSpec:
-    """One setting: its dotted name, type, default, meaning and whether it is a secret."""
+    """One setting: its dotted name, type, default, meaning, flag and whether it is a secret."""
 
     name: str
     kind: SettingKind
@@ -41,10 +64,19 @@ class SettingSpec:
     minimum: float | None = None
     #: A string setting that may also be given as a JSON object (kept as its JSON text).
     accepts_object: bool = False
+    #: The command-line flag, where the setting has one (any setting takes ``--set NAME=VALUE``).
+    flag: Flag | None = None
+    #: The values a string setting accepts, when it is one of a few.
+    choices: tuple[str, ...] = ()
+
+    @property
+    def param_name(self) -> str:
+        """The identifier a command-line parser gives the flag's value."""
+        return self.name.replace(".", "_")
 
     @property
     def env_var(self) -> str:
-        return "MAPPER_STATE_" + self.name.upper().replace(".", "__")
+        return ENV_PREFIX + self.name.upper().replace(".", "__")
 
     @property
     def meltano_env_var(self) -> str | None:
@@ -54,13 +86,24 @@ class SettingSpec:
 
 
 RUN_SETTINGS: tuple[SettingSpec, ...] = (
-    SettingSpec("state_id", "string", "The pipeline's state ID, e.g. `dev:tap-x-to-target-y`."),
+    SettingSpec(
+        "state_id",
+        "string",
+        "The pipeline's state ID, e.g. `dev:tap-x-to-target-y`.",
+        flag=Flag("--state-id", "The pipeline's state ID.", metavar="ID"),
+    ),
     SettingSpec(
         URI_SETTING,
         "string",
         "Where states live: `file:///path`, `file://relative/path`, `s3://bucket/prefix`, "
         "`azure://container/prefix`, `gs://bucket/prefix` or `postgresql://user@host:port/dbname`.",
         DEFAULT_URI,
+        flag=Flag(
+            "--state-backend-uri",
+            "Store URI (file://, s3://, azure://, gs://, postgresql://).",
+            group="store",
+            metavar="URI",
+        ),
     ),
     SettingSpec(
         "state_backend.lock_timeout_seconds",
@@ -68,6 +111,12 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "Lease time-to-live; the holder renews it every third of it.",
         30.0,
         minimum=0.5,
+        # every command that opens a store: a third of it bounds a store call's retries
+        flag=Flag(
+            "--lock-timeout-seconds",
+            "Lease TTL; a third of it bounds a store call's retries.",
+            group="store",
+        ),
     ),
     SettingSpec(
         "state_backend.lock_retry_seconds",
@@ -75,6 +124,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "Poll interval while waiting for a busy lease.",
         1.0,
         minimum=0.01,
+        flag=Flag("--lock-retry-seconds", "Poll interval for a busy lease.", group="lease"),
     ),
     SettingSpec(
         "state_backend.lock_wait_seconds",
@@ -82,6 +132,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "How long to wait for a busy lease before failing (0 fails at once).",
         0.0,
         minimum=0,
+        flag=Flag("--lock-wait-seconds", "Wait this long for a busy lease.", group="lease"),
     ),
     SettingSpec(
         "checkpoint_interval_seconds",
@@ -89,18 +140,23 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "At most one state write per interval while running; the last state is always written.",
         5.0,
         minimum=0,
+        flag=Flag("--checkpoint-interval-seconds", "At most one state write per interval."),
     ),
     SettingSpec(
         "state_merge",
         "boolean",
         "Deep-merge each new state over the prior one instead of replacing it.",
         False,
+        flag=Flag("--state-merge", "Deep-merge each state over the prior one."),
     ),
     SettingSpec(
         "lock_only",
         "boolean",
         "Hold the lease for the run but leave `state.json` to another writer (Meltano). "
         "On by default inside Meltano when the store and ID are the ones Meltano writes.",
+        flag=Flag(
+            "--lock-only/--no-lock-only", "Hold the lease but leave state.json to another writer."
+        ),
     ),
     SettingSpec(
         "history_keep",
@@ -109,15 +165,37 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         20,
         minimum=0,
     ),
-    SettingSpec("tap", "string", "`run`: the tap's command line."),
-    SettingSpec("target", "string", "`run`: the target's command line."),
-    SettingSpec("full_refresh", "boolean", "Start the tap without the prior state.", False),
+    SettingSpec(
+        "tap",
+        "string",
+        "`run`: the tap's command line.",
+        flag=Flag("--tap", 'The tap\'s command line, e.g. "tap-postgres --config tap.json".'),
+    ),
+    SettingSpec(
+        "target",
+        "string",
+        "`run`: the target's command line.",
+        flag=Flag("--target", 'The target\'s command line, e.g. "target-jsonl --config t.json".'),
+    ),
+    SettingSpec(
+        "full_refresh",
+        "boolean",
+        "Start the tap without the prior state.",
+        False,
+        flag=Flag("--full-refresh", "Hand the tap no state."),
+    ),
     SettingSpec(
         "full_refresh_streams",
         "string",
         "Streams to extract from the start: the tap gets the prior state without their "
         "bookmarks, the others' survive. Comma-separated, or a JSON array.",
         accepts_object=True,
+        flag=Flag(
+            "--full-refresh-stream",
+            "Hand the tap the state without STREAM's bookmark, keep the others (repeatable).",
+            metavar="STREAM",
+            repeatable=True,
+        ),
     ),
     SettingSpec(
         "allow_state_reset",
@@ -131,12 +209,32 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "string",
         "Write run metrics in Prometheus text format to this file at each commit and at "
         "exit (for node_exporter's textfile collector).",
+        flag=Flag(
+            "--metrics-file", "Write Prometheus metrics here at each commit and at exit.", path=True
+        ),
     ),
     SettingSpec(
-        "dry_run", "boolean", "Take the lease and read the state, but write nothing.", False
+        "dry_run",
+        "boolean",
+        "Take the lease and read the state, but write nothing.",
+        False,
+        flag=Flag("--dry-run", "Take the lease and read the state but write nothing."),
     ),
-    SettingSpec("strict", "boolean", "Make an unusable STATE message fatal.", False),
-    SettingSpec("log_format", "string", "`text` or `json` (one JSON object per line).", "text"),
+    SettingSpec(
+        "strict",
+        "boolean",
+        "Make an unusable STATE message fatal.",
+        False,
+        flag=Flag("--strict", "An unusable STATE message is fatal."),
+    ),
+    SettingSpec(
+        "log_format",
+        "string",
+        "`text` or `json` (one JSON object per line).",
+        "text",
+        flag=Flag("--log-format", "Log format on stderr."),
+        choices=("text", "json"),
+    ),
 )
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f", ""}
@@ -167,9 +265,13 @@ class Settings:
     secret_names: frozenset[str] = frozenset()
     #: Secret values from elsewhere (the SDKs' own environment variables), for redaction.
     other_secrets: tuple[str, ...] = ()
+    #: What was probably a typo: an unknown ``MAPPER_STATE_*`` variable, an ignored config key.
+    warnings: tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
+
+    # Typed access to the run's own settings; a store reads its own with :meth:`section`.
 
     @property
     def state_id(self) -> str | None:
@@ -196,6 +298,61 @@ class Settings:
     def checkpoint_interval(self) -> float:
         return float(self.values["checkpoint_interval_seconds"])
 
+    @property
+    def state_merge(self) -> bool:
+        return bool(self.values["state_merge"])
+
+    @property
+    def lock_only(self) -> bool | None:
+        """``None`` when not set: the Meltano policy decides."""
+        value = self.values["lock_only"]
+        return None if value is None else bool(value)
+
+    @property
+    def history_keep(self) -> int:
+        return int(self.values["history_keep"])
+
+    @property
+    def tap(self) -> str | None:
+        return self._text("tap")
+
+    @property
+    def target(self) -> str | None:
+        return self._text("target")
+
+    @property
+    def full_refresh(self) -> bool:
+        return bool(self.values["full_refresh"])
+
+    @property
+    def full_refresh_streams(self) -> str | None:
+        """As given: comma-separated names or a JSON array (``core.bookmarks`` parses it)."""
+        return self._text("full_refresh_streams")
+
+    @property
+    def allow_state_reset(self) -> bool:
+        return bool(self.values["allow_state_reset"])
+
+    @property
+    def metrics_file(self) -> str | None:
+        return self._text("metrics_file")
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.values["dry_run"])
+
+    @property
+    def strict(self) -> bool:
+        return bool(self.values["strict"])
+
+    @property
+    def log_format(self) -> Literal["text", "json"]:
+        return "json" if self.values["log_format"] == "json" else "text"
+
+    def _text(self, name: str) -> str | None:
+        value = self.values.get(name)
+        return None if value is None else str(value)
+
     def section(self, name: str) -> dict[str, Any]:
         """The ``state_backend.<name>.*`` settings that are set, by short name."""
         prefix = f"state_backend.{name}."
@@ -221,24 +378,39 @@ class Settings:
 
 def coerce(spec: SettingSpec, raw: Any, source: str) -> Any:
     """Turn ``raw`` into the setting's type or raise a one-line :class:`ConfigError`."""
-    where = f"setting {spec.name} (from {source})"
     if raw is None:
         return None
+    where = f"setting {spec.name} (from {source})"
     if spec.kind == "string":
-        if isinstance(raw, (dict, list)):
-            if spec.accepts_object:
-                return json.dumps(raw)
-            raise ConfigError(f"{where} must be a string")
-        return str(raw)
+        return _string(spec, raw, where)
     if spec.kind == "boolean":
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-        raise ConfigError(f"{where} must be true or false, not {_shown(spec, raw)}")
+        return _boolean(spec, raw, where)
+    return _number(spec, raw, where)
+
+
+def _string(spec: SettingSpec, raw: Any, where: str) -> str:
+    if isinstance(raw, (dict, list)):
+        if spec.accepts_object:
+            return json.dumps(raw)
+        raise ConfigError(f"{where} must be a string")
+    text = str(raw)
+    if spec.choices and text not in spec.choices:
+        raise ConfigError(f"{where} must be {' or '.join(spec.choices)}")
+    return text
+
+
+def _boolean(spec: SettingSpec, raw: Any, where: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{where} must be true or false, not {_shown(spec, raw)}")
+
+
+def _number(spec: SettingSpec, raw: Any, where: str) -> float | int:
     try:
         if isinstance(raw, bool):
             raise ValueError
@@ -275,10 +447,65 @@ def flatten(
     return flat
 
 
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean X?)`` when ``name`` looks like a typo of one of ``candidates``."""
+    candidates = list(candidates)
+    squashed = {c.replace("_", "").replace(".", ""): c for c in candidates}
+    match = squashed.get(name.replace("_", "").replace(".", ""))
+    if match is None:
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.8)
+        match = close[0] if close else None
+    return f" (did you mean {match}?)" if match else ""
+
+
+def unknown_variables(specs: Sequence[SettingSpec], env: Mapping[str, str]) -> list[str]:
+    """A warning for each ``MAPPER_STATE_*`` variable that names no setting (a typo, surely).
+
+    Inside Meltano (``MELTANO_PROJECT_ROOT`` set), a name without ``__`` is Meltano's:
+    it exports each key of the mapping's config as ``<PLUGIN>_<KEY>`` (dots as ``_``),
+    and reads such variables as overrides of the plugin's settings, so they are its
+    business (the config file it hands over is checked instead).
+    """
+    known = {s.env_var: s for s in specs}
+    in_meltano = "MELTANO_PROJECT_ROOT" in env
+    found = []
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var in known or var in OTHER_VARIABLES:
+            continue
+        if var.startswith(OTHER_VARIABLE_PREFIXES):
+            continue
+        if in_meltano and "__" not in var[len(ENV_PREFIX) :]:
+            continue
+        hint = did_you_mean(var, known)
+        found.append(f"ignored the environment variable {var}: it names no setting{hint}")
+    return found
+
+
 def read_config_file(path: str, known: Iterable[str]) -> dict[str, Any]:
     """A ``--config`` file's settings in dotted form; ``ENV`` means "from the environment"."""
+    return _read_config_file(path, frozenset(known))[0]
+
+
+def _read_config_file(path: str, known: frozenset[str]) -> tuple[dict[str, Any], list[str]]:
+    """A ``--config`` file's settings, and a warning for each key that looks like a typo."""
     if path == "ENV":
-        return {}
+        return {}, []
+    flat = flatten(_read_json_object(path), known)
+    # Meltano and the Singer SDK may add keys of their own; ignore the ones we do not know
+    # only when they cannot be a typo of ours.
+    unknown = [k for k in flat if k not in known and k.startswith("state_backend.")]
+    if unknown:
+        hint = did_you_mean(unknown[0], known)
+        raise ConfigError(f"config file {path}: unknown setting {unknown[0]}{hint}")
+    warnings = [
+        f"config file {path}: ignored the key {key}: it names no setting{hint}"
+        for key in flat
+        if key not in known and (hint := did_you_mean(key, known))
+    ]
+    return {k: v for k, v in flat.items() if k in known}, warnings
+
+
+def _read_json_object(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -296,14 +523,7 @@ def read_config_file(path: str, known: Iterable[str]) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object")
-    known = frozenset(known)
-    flat = flatten(data, known)
-    # Meltano and the Singer SDK may add keys of their own; ignore the ones we do not know
-    # only when they cannot be a typo of ours.
-    unknown = [k for k in flat if k not in known and k.startswith("state_backend.")]
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown setting {unknown[0]}")
-    return {k: v for k, v in flat.items() if k in known}
+    return data
 
 
 def load(
@@ -315,15 +535,20 @@ def load(
 ) -> Settings:
     """Resolve every setting in ``specs``; raise :class:`ConfigError` on the first bad one."""
     env = os.environ if env is None else env
-    names = [s.name for s in specs]
-    unknown = [k for k, v in (flags or {}).items() if v is not None and k not in set(names)]
+    names = frozenset(s.name for s in specs)
+    unknown = [k for k, v in (flags or {}).items() if v is not None and k not in names]
     if unknown:
-        raise ConfigError(f"unknown setting {unknown[0]}")
+        raise ConfigError(f"unknown setting {unknown[0]}{did_you_mean(unknown[0], names)}")
     lowest: RawValues = {}
     for extra in sources:
         lowest.update(extra.values(specs, env))
     ours = {s.name: (env[s.env_var], s.env_var) for s in specs if s.env_var in env}
-    files = [(path, read_config_file(path, names)) for path in config_files]
+    warnings = unknown_variables(specs, env)
+    files = []
+    for path in config_files:
+        data, ignored = _read_config_file(path, names)
+        files.append((path, data))
+        warnings += ignored
     values: dict[str, Any] = {}
     where: dict[str, str] = {}
     for spec in specs:
@@ -343,6 +568,5 @@ def load(
         values[URI_SETTING] = DEFAULT_URI
     for extra in sources:
         values[URI_SETTING] = extra.resolve_uri(values[URI_SETTING], where[URI_SETTING], env)
-    if values["log_format"] not in ("text", "json"):
-        raise ConfigError(f"setting log_format (from {where['log_format']}) must be text or json")
-    return Settings(values, where, frozenset(s.name for s in specs if s.secret))
+    secret = frozenset(s.name for s in specs if s.secret)
+    return Settings(values, where, secret, warnings=tuple(warnings))

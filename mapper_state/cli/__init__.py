@@ -1,7 +1,10 @@
 """The command line: parsing, exit codes and wiring; the logic lives in the other modules.
 
 ``mapper-state`` alone is the filter (shell pipelines, Meltano mapper);
-``run``, ``state``, ``lock`` and ``doctor`` are subcommands.
+``run``, ``state``, ``lock`` and ``doctor`` are subcommands, one module each
+(``state``'s a package of one module per command). How a command is declared:
+:mod:`mapper_state.cli.store`; the flags come from the settings' declarations
+(:mod:`mapper_state.cli.common`).
 """
 
 from __future__ import annotations
@@ -12,23 +15,28 @@ from typing import Any
 import click
 
 from mapper_state import __version__
-from mapper_state.cli.common import (  # also re-exported for the subcommand modules
+from mapper_state.cli.common import (
+    SettingsArgs,
     command_settings,
+    flagged,
     handle_errors,
     resolve_settings,
-    run_options,
-    store_options,
+    settings_command,
 )
-from mapper_state.errors import MapperStateError
+from mapper_state.errors import ExitCode, MapperStateError
 
-__all__ = ["command_settings", "handle_errors", "main", "resolve_settings", "store_options"]
+__all__ = ["command_settings", "handle_errors", "main", "resolve_settings"]
+
+#: The filter's flags: the store, the lease and the run's own (not ``run``'s tap and target).
+FILTER_FLAGS = flagged("store", "lease", "run", exclude=("tap", "target"))
 
 
 class _Main(click.Group):
     """A group whose bare invocation is the filter."""
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage("mapper-state", "[OPTIONS] | COMMAND [ARGS]...")
+        formatter.write_usage("mapper-state", "[OPTIONS]")
+        formatter.write_usage("mapper-state", "COMMAND [ARGS]...", prefix="   or: ")
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """Like click's, but a usage error is one line on stderr (exit 2), as every error is."""
@@ -70,7 +78,6 @@ class _Main(click.Group):
     type=click.Path(dir_okay=False),
     help="Read the stream from FILE instead of stdin.",
 )
-@click.option("--strict", is_flag=True, default=None, help="An unusable STATE message is fatal.")
 @click.option("--about", is_flag=True, help="Describe the mapper and its settings.")
 @click.option(
     "--format",
@@ -83,37 +90,59 @@ class _Main(click.Group):
 @click.version_option(
     __version__, "--version", prog_name="mapper-state", message="%(prog)s %(version)s"
 )
-@store_options
-@run_options
-@click.pass_context
-@handle_errors
+@settings_command(
+    FILTER_FLAGS,
+    codes=(
+        ExitCode.OK,
+        ExitCode.CONFIG,
+        ExitCode.LEASE_BUSY,
+        ExitCode.LEASE_LOST,
+        ExitCode.STORE,
+        ExitCode.BAD_INPUT,
+        ExitCode.DOWNSTREAM_CLOSED,
+        ExitCode.INTERRUPTED,
+    ),
+)
 def main(
     ctx: click.Context,
+    given: SettingsArgs,
+    /,
     state_file: str | None,
     after_target: bool | None,
     input_path: str | None,
-    strict: bool | None,
     about: bool,
     about_format: str,
     discover: bool,
-    settings_flags: dict[str, Any],
-    config_files: tuple[str, ...],
 ) -> None:
     """Keep a Singer pipeline's state in a remote store, one run at a time.
 
     Bare, it is the filter: tap | mapper-state --state-id ID | target.
+    The subcommands run a whole pipeline (run), read and change states (state),
+    inspect or break a lease (lock) and check a store (doctor); the flags given
+    before a subcommand's name apply to it too. The exit codes below are the filter's.
+
+    \b
+    Examples:
+      tap-x --state state.json | mapper-state --state-id dev:x | target-y
+      tap-x --state <(mapper-state state get dev:x) | mapper-state --state-id dev:x | target-y
+      mapper-state run --state-id dev:x --tap tap-x --target target-y
+      mapper-state state list --long
+      mapper-state doctor --state-backend-uri s3://bucket/states
+
+    \b
+    Shell completion (bash; zsh_source and fish_source for the others):
+      eval "$(_MAPPER_STATE_COMPLETE=bash_source mapper-state)"
     """
     if ctx.invoked_subcommand is not None:
-        ctx.obj = {"settings_flags": settings_flags, "config_files": config_files}
+        ctx.obj = given
         return
     if about:
         from mapper_state.meltano.about import print_about
 
         print_about(about_format)
         return
-    settings_flags["strict"] = strict
     try:
-        settings = resolve_settings(settings_flags, config_files)
+        settings = resolve_settings(given.flags, given.config_files)
     except MapperStateError:
         if state_file:  # a tap waiting on the pipe must fail, not hang
             from mapper_state.stream.handoff import release_reader
@@ -136,11 +165,10 @@ def main(
 
 def register_commands() -> None:
     """Attach the subcommands (their modules import nothing heavy at import time)."""
-    from mapper_state.cli import lock as cli_lock
-    from mapper_state.cli import run as cli_run
-    from mapper_state.cli import state as cli_state
+    from mapper_state.cli import doctor, lock, run
+    from mapper_state.cli.state import state_group
 
-    for command in (*cli_state.COMMANDS, *cli_lock.COMMANDS, *cli_run.COMMANDS):
+    for command in (state_group, *lock.COMMANDS, *run.COMMANDS, *doctor.COMMANDS):
         main.add_command(command)
 
 

@@ -1,9 +1,8 @@
-"""What the operator commands (``state``, ``lock``, ``doctor``) share: options, output, prompts.
+"""What the operator commands share besides the store: their options, stdout, prompts, input.
 
-Those commands live in ``cli_state`` and ``cli_lock``; only parsing, confirmation
-and output live there, the logic is in ``ops``, ``history`` and ``doctor``.
 Human-friendly output by default, ``--format json`` for scripts; messages go to
-stderr so that stdout holds only what was asked for.
+stderr (through :mod:`mapper_state.log`) so that stdout holds only what was asked for.
+What is printed is built in :mod:`mapper_state.cli.render`.
 """
 
 from __future__ import annotations
@@ -14,28 +13,14 @@ from typing import Any
 
 import click
 
-from mapper_state import jsonio
-from mapper_state.cli.common import command_settings
 from mapper_state.errors import BadInput, ExitCode, MapperStateError
 from mapper_state.ops import commands as ops
-from mapper_state.settings import Settings
-from mapper_state.stores import open_configured_store
-from mapper_state.stores.base import BlobStore
 
 
 class NotConfirmed(MapperStateError):
     """A destructive command was not confirmed."""
 
     exit_code = ExitCode.CONFIG
-
-
-def open_store(
-    ctx: click.Context, flags: dict[str, Any], config_files: tuple[str, ...]
-) -> tuple[Settings, BlobStore]:
-    settings = command_settings(ctx, flags, config_files)
-    store = open_configured_store(settings)
-    ctx.call_on_close(store.close)  # the command's connections end with it
-    return settings, store
 
 
 def out(data: str | bytes) -> None:
@@ -80,25 +65,6 @@ def parse_input(arg: str | None, meltano: bool) -> dict[str, Any]:
         raise
 
 
-def dump(value: Any, pretty: bool) -> bytes:
-    return jsonio.dumps(value, indent=pretty) + b"\n"
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def ago(seconds: float) -> str:
-    later, seconds = seconds < 0, abs(seconds)
-    if seconds < 120:
-        text = f"{seconds:.0f}s"
-    elif seconds < 7200:
-        text = f"{seconds / 60:.0f}m"
-    else:
-        text = f"{seconds / 3600:.1f}h"
-    return f"in {text}" if later else f"{text} ago"
-
-
 format_option = click.option(
     "--format",
     "output_format",
@@ -110,3 +76,9 @@ meltano_option = click.option(
     "--meltano", is_flag=True, help='Meltano\'s {"singer_state": ...} shape.'
 )
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+stream_option = click.option(
+    "--stream",
+    "stream",
+    metavar="STREAM",
+    help="Only the bookmark of STREAM (bookmarks.STREAM).",
+)

@@ -1,36 +1,43 @@
-"""``mapper-state run``: the whole tap-to-target job (SPEC 1.1), for containers and cron."""
+"""``mapper-state run``: the whole tap-to-target job, for containers and cron."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
-from mapper_state.cli.common import command_settings, handle_errors, run_options, store_options
+from mapper_state.cli.common import SettingsArgs, command_settings, flagged, settings_command
+from mapper_state.errors import ExitCode
+
+#: The flags of ``run``: the store, the lease and the run's own (not the filter's ``--strict``).
+RUN_FLAGS = flagged("store", "lease", "run", exclude=("strict",))
 
 
 @click.command("run")
-@click.option("--tap", help='The tap\'s command line, e.g. "tap-postgres --config tap.json".')
-@click.option("--target", help='The target\'s command line, e.g. "target-jsonl --config t.json".')
-@store_options
-@run_options
-@click.pass_context
-@handle_errors
-def run_command(
-    ctx: click.Context,
-    /,
-    settings_flags: dict[str, Any],
-    config_files: tuple[str, ...],
-    **flags: Any,
-) -> None:
+@settings_command(
+    RUN_FLAGS,
+    codes=(
+        ExitCode.OK,
+        ExitCode.CONFIG,
+        ExitCode.LEASE_BUSY,
+        ExitCode.LEASE_LOST,
+        ExitCode.STORE,
+        ExitCode.TAP_FAILED,
+        ExitCode.TARGET_FAILED,
+        ExitCode.INTERRUPTED,
+    ),
+)
+def run_command(ctx: click.Context, given: SettingsArgs, /) -> None:
     """Run TAP | TARGET under the lease, committing the states the target confirms.
 
-    Exit codes: 0 ok, 2 configuration, 3 lease busy, 4 lease lost, 5 store,
-    7 tap failed, 8 target failed, 128+N killed by signal N.
+    \b
+    Examples:
+      mapper-state run --state-id prod:pg-to-jsonl \\
+        --tap "tap-postgres --config tap.json" --target "target-jsonl --config t.json" \\
+        --state-backend-uri s3://bucket/states
+      MAPPER_STATE_STATE_ID=prod:pg-to-jsonl mapper-state run --config run.json
     """
-    settings_flags.update(flags)
-    settings = command_settings(ctx, settings_flags, config_files)
+    settings = command_settings(ctx, given)
     from mapper_state.meltano.policy import HOOKS
     from mapper_state.modes.pipeline import run_pipeline
 

@@ -97,7 +97,7 @@ def with_stream(value: Any, stream: str, new: Any) -> dict[str, Any]:
 
 def refreshed_streams(settings: Settings) -> frozenset[str]:
     """The streams ``--full-refresh-stream`` (``full_refresh_streams``) names."""
-    return parse_stream_list(settings[REFRESH_SETTING])
+    return parse_stream_list(settings.full_refresh_streams)
 
 
 def parse_stream_list(raw: str | None) -> frozenset[str]:
@@ -122,7 +122,7 @@ def parse_stream_list(raw: str | None) -> frozenset[str]:
 def for_tap(settings: Settings, prior: Any) -> Any:
     """The prior state as the tap should get it: ``None`` for none (or a full refresh),
     else without the bookmarks of the streams to extract from the start."""
-    if settings["full_refresh"] or prior is None:
+    if settings.full_refresh or prior is None:
         return None
     return without_streams(prior, refreshed_streams(settings))
 
@@ -206,7 +206,7 @@ class CommitGuard:
 
     def __init__(self, settings: Settings, state_id: str) -> None:
         self.state_id = state_id
-        self.active = not (settings[RESET_SETTING] or settings["full_refresh"])
+        self.active = not (settings.allow_state_reset or settings.full_refresh)
         self.refused = 0
         self._pending = set(refreshed_streams(settings))
         self._offered: Any = None  # the last offered state that had bookmarks

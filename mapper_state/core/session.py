@@ -37,7 +37,7 @@ class RunHooks:
 
     def lock_only(self, settings: Settings) -> bool:
         """Hold the lease but leave ``state.json`` to another writer?"""
-        return bool(settings["lock_only"])
+        return bool(settings.lock_only)
 
     def check_prior(self, settings: Settings, prior: state.StateSnapshot, where: str) -> None:
         """Refuse the run (raise) when the prior state is not the one the tap was given."""
@@ -63,7 +63,7 @@ class Session:
         self.store = store or open_configured_store(settings)
         self.lease = Lease.for_settings(self.store, self.state_id, settings)
         self.lock_only = self.hooks.lock_only(settings)
-        self.dry_run = bool(settings["dry_run"])
+        self.dry_run = settings.dry_run
         self.prior: state.StateSnapshot | None = None
         self._version: str | None = None
         self._serial = 0
@@ -191,7 +191,7 @@ class Session:
         if not self.writes_state:
             self.committed = value  # nothing to fence: the heartbeat keeps the lease
             return
-        if self.settings["state_merge"]:
+        if self.settings.state_merge:
             value = state.deep_merge(self._stored, value)
         verdict = self.guard.check(self._stored, value)
         self._warn(verdict)
@@ -228,14 +228,14 @@ class Session:
         assert self.checkpointer is not None
         wrote = self.checkpointer.finish()
         self.finished = True
-        if self.writes and self.settings["history_keep"]:
+        if self.writes and self.settings.history_keep:
             try:
                 history.record(
                     self.store,
                     self.state_id,
                     self.committed,
                     run_id=self.lease.run_id,
-                    keep=self.settings["history_keep"],
+                    keep=self.settings.history_keep,
                     command=self.lease.command,
                 )
             except StoreError as exc:

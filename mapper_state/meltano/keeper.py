@@ -164,7 +164,7 @@ def _snapshot(store: BlobStore, lease: Lease, settings: Settings) -> None:
                 store,
                 lease.state_id,
                 current.value,
-                keep=settings["history_keep"],
+                keep=settings.history_keep,
                 run_id=lease.run_id,
                 note="meltano run",
             )

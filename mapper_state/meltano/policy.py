@@ -64,7 +64,7 @@ def meltano_owns_state(settings: Settings, env: Mapping[str, str] | None = None)
 
 def lock_only(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
     """The ``lock_only`` setting, defaulting to :func:`meltano_owns_state`."""
-    explicit = settings["lock_only"]
+    explicit = settings.lock_only
     owned = meltano_owns_state(settings, env)
     if explicit is None:
         return owned  # said once the lease is held (MeltanoHooks.check_prior), not before
@@ -150,14 +150,14 @@ class MeltanoHooks(RunHooks):
 
     def check_prior(self, settings: Settings, prior: StateSnapshot, where: str) -> None:
         check_handed_state(settings, prior, where)
-        if settings["lock_only"] is None and meltano_owns_state(settings):
+        if settings.lock_only is None and meltano_owns_state(settings):
             log.info(  # only now that the lease is ours: a busy run says only that it is busy
                 f"{settings.state_id} is Meltano's own state: holding its lease for the run "
                 "and leaving state.json to Meltano (lock_only)"
             )
 
     def hand_over(self, lease: Lease, settings: Settings) -> bool:
-        explicit = settings["lock_only"]
+        explicit = settings.lock_only
         meltanos = meltano_owns_state(settings) if explicit is None else bool(explicit)
         return keeper.hand_over_lease(lease, settings, snapshot=meltanos)
 

@@ -77,7 +77,7 @@ def _run_filter(
             writer = handoff.hand_off(state_file, session.handoff_value) if state_file else None
             if writer is not None:  # stopped before the session ends
                 stack.callback(writer.stop)
-            scanner = _scanner(session, bool(settings["strict"]), after_target, run_metrics)
+            scanner = _scanner(session, settings.strict, after_target, run_metrics)
             stats = pump(
                 src, sys.stdout.fileno(), scanner, check=session.check, scan_first=after_target
             )

@@ -142,7 +142,7 @@ def _exit_code(exc: BaseException) -> int:
 
 def open_metrics(settings: Settings) -> RunMetrics | None:
     """The run's metrics when ``metrics_file`` is set; its folder must exist."""
-    path = settings["metrics_file"]
+    path = settings.metrics_file
     if not path:
         return None
     folder = os.path.dirname(os.path.abspath(path))

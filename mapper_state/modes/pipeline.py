@@ -255,7 +255,7 @@ def _start_progress(
     settings: Settings, session: Session, run_metrics: metrics.RunMetrics | None
 ) -> Progress:
     """The run's counters, wired to the metrics, and the terminal's progress line if any."""
-    show_progress = sys.stderr.isatty() and settings["log_format"] == "text"
+    show_progress = sys.stderr.isatty() and settings.log_format == "text"
     progress = Progress(LineCounter(count_records=show_progress or run_metrics is not None))
     if run_metrics is not None:
         run_metrics.bytes = lambda: progress.counter.bytes

@@ -47,7 +47,7 @@ class Guard:
             ttl=settings.lock_timeout,
             retry=settings.lock_retry,
             wait=settings.lock_wait,
-            history_keep=settings["history_keep"],
+            history_keep=settings.history_keep,
             secret_values=tuple(settings.secrets()),
         )
 

@@ -1,0 +1,278 @@
+"""What the operator commands print: the tables for people and the JSON documents for scripts.
+
+Pure functions from ``ops``' results to text or to JSON-ready values; the commands
+write them with :func:`mapper_state.cli.output.out`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mapper_state import jsonio
+from mapper_state.core import history
+from mapper_state.core.lease import LeaseRecord, format_time
+from mapper_state.ops import diff, fleet
+from mapper_state.redact import redact_known
+
+# -- small words -------------------------------------------------------------------------
+
+
+def dump(value: Any, pretty: bool) -> bytes:
+    return jsonio.dumps(value, indent=pretty) + b"\n"
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def ago(seconds: float) -> str:
+    """``58s ago`` for a time ``seconds`` in the past, ``in 58s`` for one in the future."""
+    later, seconds = seconds < 0, abs(seconds)
+    if seconds < 120:
+        text = f"{seconds:.0f}s"
+    elif seconds < 7200:
+        text = f"{seconds / 60:.0f}m"
+    else:
+        text = f"{seconds / 3600:.1f}h"
+    return f"in {text}" if later else f"{text} ago"
+
+
+def since(epoch: float, now: float) -> str:
+    """How far ``epoch`` is from ``now``: ``58s ago`` or ``in 58s``."""
+    return ago(now - epoch)
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as aligned columns; the last column is not padded."""
+    last = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(last)]
+    return [
+        "  ".join([*(r[i].ljust(widths[i]) for i in range(last)), r[last]]).rstrip() for r in rows
+    ]
+
+
+def _utc(iso_or_time: str) -> str:
+    return iso_or_time.replace("T", " ").removesuffix("Z")
+
+
+# -- state list --long / --stale ---------------------------------------------------------
+
+
+def pipeline_doc(p: fleet.Pipeline, now: float) -> dict[str, Any]:
+    lease: dict[str, Any] = {"status": p.lease_status}
+    if p.holder is not None:
+        lease.update(
+            run_id=p.holder.run_id,
+            host=p.holder.host,
+            pid=p.holder.pid,
+            since=format_time(p.holder.acquired_at),
+            expires_at=format_time(p.holder.expires_at),
+        )
+    age = p.age(now)
+    return {
+        "state_id": p.state_id,
+        "last_written": None if p.last_written is None else format_time(p.last_written),
+        "age_seconds": None if age is None else round(age, 3),
+        "writer_run_id": p.writer_run_id,
+        "lease": lease,
+        "snapshots": p.snapshots,
+    }
+
+
+def _lease_text(p: fleet.Pipeline, now: float) -> str:
+    if p.holder is None:
+        return "-" if p.lease_status == "free" else p.lease_status
+    who = f"{p.holder.run_id} on {p.holder.host}"
+    if p.lease_status == "expired":
+        return f"expired ({who})"
+    expires = p.holder.expires_at
+    return f"{who}, expires {format_time(expires)} ({since(expires, now)})"
+
+
+def fleet_table(pipelines: list[fleet.Pipeline], now: float) -> str:
+    rows = [("STATE ID", "LAST WRITTEN (UTC)", "AGE", "WRITER", "SNAPSHOTS", "LEASE")]
+    for p in pipelines:
+        age = p.age(now)
+        written = "-" if p.last_written is None else _utc(format_time(p.last_written))
+        rows.append(
+            (
+                p.state_id,
+                written,
+                "unknown" if age is None else ago(age),
+                p.writer_run_id or "-",
+                str(p.snapshots),
+                _lease_text(p, now),
+            )
+        )
+    return "\n".join(_columns(rows)) + "\n"
+
+
+# -- state history -----------------------------------------------------------------------
+
+
+def history_doc(
+    rows: list[tuple[history.Snapshot, str]], current: str | None
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "snapshot": s.name,
+            "time": s.time.isoformat().replace("+00:00", "Z"),
+            "run_id": s.run_id,
+            "host": s.host,
+            "command": s.command,
+            "written_by": s.written_by,
+            "changes": change,
+            "current": s.name == current,
+            "singer_state": s.value,
+        }
+        for s, change in rows
+    ]
+
+
+def history_table(
+    state_id: str, rows: list[tuple[history.Snapshot, str]], current: str | None, exists: bool
+) -> str:
+    if not exists:
+        now = "it has no state now (cleared)"
+    elif current is None:
+        now = "its current state is not in the history"
+    else:
+        now = "* marks the current state"
+    head = f"{state_id}: {plural(len(rows), 'snapshot')}, newest first; {now}"
+    if not rows:
+        return head + "\n"
+    table = [("", "SNAPSHOT", "TIME (UTC)", "RUN", "HOST", "BY", "CHANGES")]
+    for snap, change in rows:
+        table.append(
+            (
+                "*" if snap.name == current else "",
+                snap.name,
+                snap.time.strftime("%Y-%m-%d %H:%M:%S"),
+                snap.run_id,
+                snap.host or "-",
+                snap.written_by,
+                change,
+            )
+        )
+    return "\n".join([head, *_columns(table)]) + "\n"
+
+
+# -- state diff --------------------------------------------------------------------------
+
+
+def _side_doc(side: diff.Side) -> dict[str, Any]:
+    return {
+        "snapshot": side.label,
+        "time": side.time.isoformat().replace("+00:00", "Z") if side.time else None,
+        "run_id": side.run_id,
+    }
+
+
+def _change_doc(change: diff.Change) -> dict[str, Any]:
+    return {"path": change.path, "change": change.kind, "from": change.old, "to": change.new}
+
+
+def diff_doc(result: diff.StateDiff) -> dict[str, Any]:
+    return {
+        "state_id": result.state_id,
+        "from": _side_doc(result.old),
+        "to": _side_doc(result.new),
+        "streams": [
+            {
+                "stream": s.stream,
+                "change": s.kind,
+                "changes": [_change_doc(c) for c in s.changes],
+            }
+            for s in result.streams
+        ],
+        "other": [_change_doc(c) for c in result.other],
+        "unchanged": list(result.unchanged),
+    }
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = jsonio.dumps(value).decode()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _change_line(where: str, change: diff.Change) -> str:
+    path = f"{where}.{change.path}" if change.path and where else change.path or where
+    if change.kind == "added":
+        return f"  {path}: added {_shown(change.new)}"
+    if change.kind == "removed":
+        return f"  {path}: removed (was {_shown(change.old)})"
+    return f"  {path}: {_shown(change.old)} -> {_shown(change.new)}"
+
+
+def _side_text(side: diff.Side) -> str:
+    if side.time is None:
+        return side.label
+    return f"{side.label} ({side.time.strftime('%Y-%m-%d %H:%M:%S')} UTC, run {side.run_id})"
+
+
+def diff_text(result: diff.StateDiff) -> str:
+    lines = [f"{result.state_id}: {_side_text(result.old)} -> {_side_text(result.new)}"]
+    for stream in result.streams:
+        lines += [_change_line(stream.stream, c) for c in stream.changes]
+    lines += [_change_line("", c) for c in result.other]
+    if not result.moved:
+        lines.append("  no bookmark moved")
+    if result.unchanged:
+        lines.append(f"  {plural(len(result.unchanged), 'stream')} unchanged")
+    return "\n".join(lines) + "\n"
+
+
+# -- lock status -------------------------------------------------------------------------
+
+
+def holder_doc(record: LeaseRecord) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "host": record.host,
+        "pid": record.pid,
+        "command": redact_known(record.command),
+        "acquired_at": format_time(record.acquired_at),
+        "renewed_at": format_time(record.renewed_at),
+        "expires_at": format_time(record.expires_at),
+        "ttl_seconds": record.ttl_seconds,
+    }
+
+
+def lock_status_doc(state_id: str, status: str, record: LeaseRecord | None) -> dict[str, Any]:
+    return {
+        "state_id": state_id,
+        "status": status,
+        "free": status != "held",
+        "expired": status in ("expired", "unreadable"),
+        "holder": holder_doc(record) if record else None,
+    }
+
+
+def _lock_headline(status: str, record: LeaseRecord | None, now: float) -> str:
+    if status == "unreadable":
+        return "free (the lease object is unreadable, so it counts as expired)"
+    if status == "free" or record is None:
+        return "free (no lease)"
+    if status == "held":
+        return f"held, expires {since(record.expires_at, now)}"
+    return (
+        f"free: the lease expired {since(record.expires_at, now)} without being "
+        "released (its holder crashed or was killed?); the next run takes it over"
+    )
+
+
+def lock_status_text(state_id: str, status: str, record: LeaseRecord | None, now: float) -> str:
+    lines = [f"{state_id}: {_lock_headline(status, record, now)}"]
+    if record:
+        for label, value in (
+            ("run id", record.run_id),
+            ("host", record.host),
+            ("pid", str(record.pid)),
+            ("command", redact_known(record.command) or "-"),
+            ("acquired", f"{format_time(record.acquired_at)} ({since(record.acquired_at, now)})"),
+            ("renewed", f"{format_time(record.renewed_at)} ({since(record.renewed_at, now)})"),
+            ("expires", f"{format_time(record.expires_at)} ({since(record.expires_at, now)})"),
+        ):
+            lines.append(f"  {label:<9} {value}")
+    return "\n".join(lines) + "\n"
