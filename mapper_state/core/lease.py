@@ -440,7 +440,9 @@ class Lease:
                 on_lost(self.lost)
 
         def beat() -> None:
-            pause = self.ttl / 3
+            # a lease adopted after its create's answer was lost is already some seconds old
+            first = self.record.renewed_at + self.ttl / 3 - self.clock() if self.record else 0
+            pause = max(0.0, min(self.ttl / 3, first))
             while not self._stop.wait(pause):
                 record = self.record
                 if record is None:
