@@ -28,6 +28,7 @@ fails, the error says the lease may be held by this run until its expiry.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -43,7 +44,7 @@ from typing import Any, Protocol
 import orjson
 
 from mapper_state import log, signals
-from mapper_state.errors import LeaseBusy, LeaseLost
+from mapper_state.errors import ExitCode, LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.redact import redact, redact_known, uri_secrets
 from mapper_state.stores.base import (
     Blob,
@@ -272,11 +273,13 @@ class Lease:
                 with signals.deferred():  # a lease we created is always one we remember
                     self.version = self.store.create(self.key, record.to_bytes())
                     self.record = record
+                self._prove_exclusive()
                 return None
             except PreconditionFailed:
                 pass
             except StoreError as exc:
                 self._settle_unknown(exc, record, "create")
+                self._prove_exclusive()
                 return None
             holder, blob = read_lease(self.store, self.state_id)
             if blob is None:
@@ -296,9 +299,36 @@ class Lease:
             self.took_over = None if holder and holder.status == RELEASED else holder
             if holder is None:  # unreadable: assume the worst
                 self.took_over = replace(record, run_id="unknown", status=BROKEN)
+            self._prove_exclusive()
             return None
         holder, _ = read_lease(self.store, self.state_id)
         return holder or record  # still contended: busy for now
+
+    def _prove_exclusive(self) -> None:
+        """On a store not known to refuse a second create-if-absent, try one: it must be
+        refused (one request). If it is accepted, runs could share the lease: give it up
+        and refuse, exit 11."""
+        if not self.store.traits.proves_create_condition or self.record is None:
+            return
+        # other bytes than the lease's, so that a retried attempt never passes for ours
+        try:
+            self.store.create(self.key, self.record.to_bytes() + b" ")
+        except PreconditionFailed:
+            return
+        except StoreError:
+            with contextlib.suppress(StoreError):
+                self.release()  # unproven: not a lease to keep
+            raise
+        self.record = self.version = None
+        with contextlib.suppress(StoreError):
+            self.store.delete(self.key)  # the store keeps no condition: nothing to spare
+        raise MapperStateError(
+            f"{self.store.display_uri} ignores create-if-absent (a second If-None-Match: * "
+            "create of the lease was accepted), so two runs could hold the lease at once: "
+            "run `mapper-state doctor` on it (state_backend.s3.conditional_writes_checked "
+            "skips this check on a store known to be safe)",
+            exit_code=ExitCode.UNSAFE_STORE,
+        )
 
     # -- writes whose answer was lost ----------------------------------------------
     def _ours(self, record: LeaseRecord | None) -> bool:

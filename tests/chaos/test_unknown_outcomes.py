@@ -66,8 +66,12 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
         # every answer to the create is dropped until the client gives up (4 s), then it checks
         wait_until(lambda: checks(proxy) >= 1, "the create's outcome checked", timeout=30)
         proxy.set_faults()
-        record = cli.wait_for_holder(direct, state_id, holder.pid)
+        created = cli.wait_for_holder(direct, state_id, holder.pid)
         assert holder.poll() is None, holder.communicate()[1].decode(errors="replace")
+        # one renewal answered first (Ceph RGW learns there that it wants ETags unquoted)
+        wait_until(lambda: renewed_since(direct, state_id, created), "a renewal landed", timeout=30)
+        record = cli.lease_record(direct, state_id)
+        assert record is not None
         proxy.set_faults(**DROP, **lease_writes(kind, state_id))  # now the renewals
         wait_until(lambda: checks(proxy) >= 2, "a renewal's outcome checked", timeout=30)
         proxy.set_faults()
@@ -83,6 +87,11 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
     assert cli.stored(direct, state_id) == {"after": "lost answers"}
     assert proxy.count(fault="drop_response") >= 2
     assert cli.lease_is_free(cloud_location, state_id), cli.lease_record(direct, state_id)
+
+
+def renewed_since(store: BlobStore, state_id: str, record: dict[str, Any]) -> bool:
+    now = cli.lease_record(store, state_id)
+    return now is not None and now["expires_at"] > record["expires_at"]
 
 
 def plant_expired_lease(store: BlobStore, state_id: str) -> None:
@@ -104,7 +113,7 @@ def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_
     faults = {**DROP, **lease_writes(kind, state_id), "skip": 1}
     proxy, faulty = start_proxy(cloud_location, faults=faults)
     holder = cli.spawn(
-        faulty, "--state-id", state_id, "--lock-timeout-seconds", "9",
+        faulty, "--state-id", state_id, "--lock-timeout-seconds", "6",
         "--checkpoint-interval-seconds", "0",
     )  # fmt: skip
     try:
@@ -114,11 +123,18 @@ def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_
         holder.kill()
         raise
     code, _, err = finish(holder, state_line({"taken": "over"}))
-    assert code == 0, err
     assert proxy.count(fault="drop_response") >= 1
-    assert cli.stored(direct, state_id) == {"taken": "over"}
+    if kind == "rgw" and code == 5:
+        # RGW refuses the quoted ETag S3 gave (the store learns that from a refusal it
+        # never saw here): the takeover did not land, the check found so, nothing is held
+        cli.one_line_error(err.encode())
+        record = cli.lease_record(direct, state_id)
+        assert record is not None and record["run_id"] == "vanished", record
+    else:
+        assert code == 0, err
+        assert cli.stored(direct, state_id) == {"taken": "over"}
     nxt = cli.run(
-        cloud_location, "--state-id", state_id, "--lock-timeout-seconds", "9",
+        cloud_location, "--state-id", state_id, "--lock-timeout-seconds", "6",
         input=state_line({"next": "run"}), timeout=60,
     )  # fmt: skip
     assert nxt.returncode == 0, nxt.stderr.decode(errors="replace")

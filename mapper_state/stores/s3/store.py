@@ -106,6 +106,7 @@ class S3Store(CloudStore):
         write_args: Mapping[str, str] | None = None,
         endpoint: str | None = None,
         client_for_timeout: Callable[[float], Any] | None = None,
+        conditions_checked: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(bucket, prefix, **kwargs)
@@ -120,6 +121,7 @@ class S3Store(CloudStore):
         # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
         self.endpoint_is_aws = endpoint is None
         self.traits.enforces_delete_conditions = endpoint is None
+        self.traits.proves_create_condition = endpoint is not None and not conditions_checked
         # traits.unquoted_etags is measured on the first refused replace
 
     @property
@@ -345,5 +347,7 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
         write_args=_write_args(options),
         endpoint=endpoint,
         client_for_timeout=client_for_timeout,
+        conditions_checked=str(options.get("conditional_writes_checked", "")).lower()
+        in ("true", "1", "yes"),
         **kwargs,
     )
