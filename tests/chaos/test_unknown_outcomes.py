@@ -72,8 +72,9 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
         wait_until(lambda: renewed_since(direct, state_id, created), "a renewal landed", timeout=30)
         record = cli.lease_record(direct, state_id)
         assert record is not None
+        seen = checks(proxy)
         proxy.set_faults(**DROP, **lease_writes(kind, state_id))  # now the renewals
-        wait_until(lambda: checks(proxy) >= 2, "a renewal's outcome checked", timeout=30)
+        wait_until(lambda: checks(proxy) > seen, "a renewal's outcome checked", timeout=30)
         proxy.set_faults()
         renewed = cli.lease_record(direct, state_id)
         assert renewed is not None and renewed["run_id"] == record["run_id"]
@@ -124,7 +125,7 @@ def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_
         raise
     code, _, err = finish(holder, state_line({"taken": "over"}))
     assert proxy.count(fault="drop_response") >= 1
-    if kind == "rgw" and code == 5:
+    if cloud_location.emulator.name == "ceph-rgw" and code == 5:
         # RGW refuses the quoted ETag S3 gave (the store learns that from a refusal it
         # never saw here): the takeover did not land, the check found so, nothing is held
         cli.one_line_error(err.encode())
