@@ -196,7 +196,8 @@ def releases_by_delete(store: BlobStore) -> bool:
     endpoint, a GCS emulator) is released by compare-and-swap instead, which every store
     that can hold a lease at all enforces.
     """
-    return store.traits.enforces_delete_conditions
+    traits = store.traits
+    return traits.enforces_delete_conditions and not traits.refuses_delete_conditions
 
 
 class Lease:

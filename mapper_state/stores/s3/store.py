@@ -266,6 +266,9 @@ class S3Store(CloudStore):
                     return
                 if absent:
                     raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                if if_version is not None and (code == "NotImplemented" or status == 501):
+                    self.traits.refuses_delete_conditions = True  # not retried: it will not change
+                    raise self._client_error(exc, "delete", self._where(key)) from None
                 raise
 
         self._call("delete", key, delete)
