@@ -11,7 +11,6 @@ proof with ``state_backend.s3.conditional_writes_checked``.
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 
 import pytest
@@ -36,12 +35,10 @@ def race(location: StoreLocation, state_id: str) -> list[tuple[int, str]]:
         proc.stdin.close()
     results = []
     for proc in procs:
-        try:
-            _, err = proc.communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-        results.append((proc.returncode, err.decode(errors="replace")))
+        assert proc.stdout is not None and proc.stderr is not None
+        err = proc.stderr.read()  # the stream's echo on stdout is one line: no pipe fills up
+        proc.stdout.read()
+        results.append((proc.wait(timeout=150), err.decode(errors="replace")))
     return results
 
 
