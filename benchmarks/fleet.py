@@ -20,6 +20,7 @@ the whole takes minutes: every replica pays a Python start-up with boto3.
 from __future__ import annotations
 
 import contextlib
+import json
 import resource
 import statistics
 import subprocess
@@ -58,6 +59,9 @@ class Replica:
     def message(self) -> str:
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace").strip()
+
+
+LEASE = "mapper-state.lease.json"
 
 
 def stream(pipeline: str) -> bytes:
@@ -149,6 +153,20 @@ def _drive(
     return total, spawned, settled_at
 
 
+def _stranded(wire: Wire, names: list[str]) -> int:
+    """How many of ``names`` still have a held lease, now that every replica has exited."""
+    client = wire.client()
+    held = 0
+    for name in names:
+        try:
+            body = client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/{name}/{LEASE}")["Body"].read()
+        except client.exceptions.NoSuchKey:
+            continue
+        record = json.loads(body)
+        held += record.get("status", "held") == "held"
+    return held
+
+
 def _report(
     wire: Wire,
     fleet: list[Replica],
@@ -179,6 +197,7 @@ def _report(
         stored = wire.stored_state(BUCKET, f"{PREFIX}/{name}/state.json")
         if stored != {"bookmarks": {"events": {"id": 10, "by": name}}}:
             raise BenchError(f"fleet: {name} holds {stored}")
+    stranded = _stranded(wire, [n for n in names if worked[n] == 0])
     log = wire.take()
     per_pipeline = Counter(state_id_of(e, PREFIX) for e in log)
     stray = per_pipeline.pop(None, 0)
@@ -193,6 +212,14 @@ def _report(
         "refused": len(refused),
         "other_outcomes": [r.message().splitlines()[-1] for r in failed][:10],
         "pipelines_with_no_run": sum(1 for n in names if worked[n] == 0),
+        # why: the last line of each of its replicas (one per pipeline that did not run)
+        "why_no_run": [
+            next((r.message().splitlines()[-1] for r in failed if r.pipeline == n), "all refused")
+            for n in names
+            if worked[n] == 0
+        ][:10],
+        #: pipelines whose lease is still held once every replica has exited
+        "stranded_leases": stranded,
         "requests_total": len(log),
         "requests_outside_a_pipeline": stray,
         "requests_per_pipeline": {
@@ -232,11 +259,12 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
             "replicas that ended otherwise (exit code: count)",
             ", ".join(f"{k}: {v}" for k, v in data["exit_codes"].items() if k not in ("0", "3"))
             or "none",
-            f"{data['pipelines_with_more_than_one_run']} pipelines ran twice, "
-            f"{data['pipelines_with_no_run']} not at all",
-            (data["other_outcomes"] or [""])[0][:160],
-            "no pipeline runs twice",
-            data["pipelines_with_more_than_one_run"] == 0,
+            f"{exact} pipelines ran once, {data['pipelines_with_more_than_one_run']} twice, "
+            f"{data['pipelines_with_no_run']} not at all; {data['stranded_leases']} leases "
+            "left held",
+            (data["why_no_run"] or data["other_outcomes"] or [""])[0][:160],
+            "no pipeline runs twice; no lease left held",
+            data["pipelines_with_more_than_one_run"] == 0 and data["stranded_leases"] == 0,
         ),
         Row(
             "requests per pipeline (all its replicas)",

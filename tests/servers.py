@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
 INSTALL_DEV = "uv pip install --python .venv/bin/python -e '.[all,dev]'"
 INSTALL_EMULATORS = "scripts/install-emulators.sh"
+S3RVER_BIN = ROOT / ".tools" / "s3rver" / "node_modules" / ".bin" / "s3rver"
 AZURITE_ACCOUNT = "devstoreaccount1"
 # Azurite's fixed, publicly documented development key.
 AZURITE_KEY = (
@@ -258,6 +259,46 @@ def s3_location(moto_server: Emulator) -> StoreLocation:
         aws_secret_access_key=o["aws_secret_access_key"],
     ).create_bucket(Bucket=bucket)
     return StoreLocation(moto_server, bucket, "pipelines/state")
+
+
+# -- S3: s3rver, which ignores conditional writes (the negative control) -------------
+
+
+@pytest.fixture(scope="session")
+def s3rver_server() -> Iterator[Emulator]:
+    """s3rver from ``.tools/s3rver`` (scripts/install-emulators.sh): it answers 200 to
+    ``If-None-Match: *`` on an existing key and to a wrong ``If-Match``."""
+    if not S3RVER_BIN.exists() or shutil.which("node") is None:
+        pytest.fail(f"s3rver is not installed in {S3RVER_BIN.parent}: run {INSTALL_EMULATORS}")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="mapper-state-s3rver-") as data:
+        args = [str(S3RVER_BIN), "-d", data, "-a", "127.0.0.1", "-p", str(port), "--silent"]
+        with _process(args, endpoint, "s3rver"):
+            options = {
+                "endpoint_url": endpoint,
+                "aws_access_key_id": "S3RVER",  # s3rver's fixed, documented credentials
+                "aws_secret_access_key": "S3RVER",
+                "region": "us-east-1",
+            }
+            yield Emulator("s3rver", "s3", "s3", endpoint, options, ignores_preconditions=True)
+
+
+@pytest.fixture
+def s3rver_location(s3rver_server: Emulator) -> StoreLocation:
+    """A fresh bucket on s3rver, with a prefix."""
+    import boto3
+
+    bucket = _unique("bucket")
+    o = s3rver_server.options
+    boto3.client(
+        "s3",
+        endpoint_url=o["endpoint_url"],
+        region_name=o["region"],
+        aws_access_key_id=o["aws_access_key_id"],
+        aws_secret_access_key=o["aws_secret_access_key"],
+    ).create_bucket(Bucket=bucket)
+    return StoreLocation(s3rver_server, bucket, "pipelines/state")
 
 
 # -- Azure: Azurite ----------------------------------------------------------------

@@ -35,6 +35,7 @@ CHECKS = [
     "compare-and-swap",
     "conditional delete",
     "release",
+    "operator delete",
 ]
 
 

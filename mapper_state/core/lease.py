@@ -18,10 +18,17 @@ Two rules keep a holder that lost its lease from hurting the next one:
 The heartbeat does not trust a renewal to come back: when none has succeeded by
 the lease's expiry minus a margin, the lease is declared lost at that moment,
 whatever the request is still doing.
+
+A write whose answer never came (the store call gave up after a timeout or a reset,
+when the request may have landed) is not assumed to have failed: the lease is read
+back within :func:`check_seconds`, and a record carrying this run's ID is ours
+(an acquire goes on as the holder; a release releases it). When even that read
+fails, the error says the lease may be held by this run until its expiry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -37,9 +44,15 @@ from typing import Any, Protocol
 import orjson
 
 from mapper_state import log, signals
-from mapper_state.errors import LeaseBusy, LeaseLost
+from mapper_state.errors import ExitCode, LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.redact import redact, redact_known, uri_secrets
-from mapper_state.stores.base import Blob, BlobStore, PreconditionFailed, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    BlobStore,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+)
 
 LEASE_FILE = "mapper-state.lease.json"
 
@@ -72,6 +85,12 @@ def skew_allowance(ttl: float) -> float:
 
 def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_seconds(ttl: float) -> float:
+    """How long a write whose answer was lost may spend reading the lease back to learn its
+    outcome: short, so that a renewal and its check together end well before the lease."""
+    return max(0.5, min(5.0, ttl / 10))
 
 
 HELD = "held"
@@ -187,7 +206,8 @@ def releases_by_delete(store: BlobStore) -> bool:
     endpoint, a GCS emulator) is released by compare-and-swap instead, which every store
     that can hold a lease at all enforces.
     """
-    return store.traits.enforces_delete_conditions
+    traits = store.traits
+    return traits.enforces_delete_conditions and not traits.refuses_delete_conditions
 
 
 class Lease:
@@ -264,9 +284,14 @@ class Lease:
                 with signals.deferred():  # a lease we created is always one we remember
                     self.version = self.store.create(self.key, record.to_bytes())
                     self.record = record
+                self._prove_exclusive()
                 return None
             except PreconditionFailed:
                 pass
+            except StoreError as exc:
+                self._settle_unknown(exc, record, "create")
+                self._prove_exclusive()
+                return None
             holder, blob = read_lease(self.store, self.state_id)
             if blob is None:
                 continue  # released in between: try to create it again
@@ -277,15 +302,97 @@ class Lease:
                 with signals.deferred():
                     self.version = self.store.replace(self.key, record.to_bytes(), blob.version)
                     self.record = record
-                # a released lease's holder is gone; an expired or broken one may not be
-                self.took_over = None if holder and holder.status == RELEASED else holder
-                if holder is None:  # unreadable: assume the worst
-                    self.took_over = replace(record, run_id="unknown", status=BROKEN)
-                return None
             except PreconditionFailed:
                 continue  # someone else took it over first
+            except StoreError as exc:
+                self._settle_unknown(exc, record, "takeover")
+            # a released lease's holder is gone; an expired or broken one may not be
+            self.took_over = None if holder and holder.status == RELEASED else holder
+            if holder is None:  # unreadable: assume the worst
+                self.took_over = replace(record, run_id="unknown", status=BROKEN)
+            self._prove_exclusive()
+            return None
         holder, _ = read_lease(self.store, self.state_id)
         return holder or record  # still contended: busy for now
+
+    def _prove_exclusive(self) -> None:
+        """On a store not known to refuse a second create-if-absent, try one: it must be
+        refused (one request). If it is accepted, runs could share the lease: give it up
+        and refuse, exit 11."""
+        if not self.store.traits.proves_create_condition or self.record is None:
+            return
+        # other bytes than the lease's, so that a retried attempt never passes for ours
+        try:
+            self.store.create(self.key, self.record.to_bytes() + b" ")
+        except PreconditionFailed:
+            return
+        except StoreError:
+            with contextlib.suppress(StoreError):
+                self.release()  # unproven: not a lease to keep
+            raise
+        self.record = self.version = None
+        with contextlib.suppress(StoreError):
+            self.store.delete(self.key)  # the store keeps no condition: nothing to spare
+        raise MapperStateError(
+            f"{self.store.display_uri} ignores create-if-absent (a second If-None-Match: * "
+            "create of the lease was accepted), so two runs could hold the lease at once: "
+            "run `mapper-state doctor` on it (state_backend.s3.conditional_writes_checked "
+            "skips this check on a store known to be safe)",
+            exit_code=ExitCode.UNSAFE_STORE,
+        )
+
+    # -- writes whose answer was lost ----------------------------------------------
+    def _ours(self, record: LeaseRecord | None) -> bool:
+        """Is ``record`` a held lease of this run? Only this process writes such records."""
+        return record is not None and record.held and record.run_id == self.run_id
+
+    def _read_within(self, seconds: float) -> tuple[LeaseRecord | None, Blob | None]:
+        """The lease as :func:`read_lease` gives it, or :class:`StoreError` if that takes
+        longer than ``seconds`` (the read is left to end on its own) or fails."""
+        found: list[tuple[LeaseRecord | None, Blob | None]] = []
+        failed: list[BaseException] = []
+        done = threading.Event()
+
+        def read() -> None:
+            try:
+                found.append(read_lease(self.store, self.state_id))
+            except BaseException as exc:  # handed to the caller
+                failed.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=read, name="lease-check", daemon=True).start()
+        if not done.wait(seconds):
+            raise StoreError(f"no answer within {seconds:g} s")
+        if failed:
+            error = failed[0]
+            raise error if isinstance(error, StoreError) else StoreError(repr(error))
+        return found[0]
+
+    def _unknown_outcome(self, exc: StoreError, expires_at: float, why: StoreError) -> StoreError:
+        return StoreError(
+            f"{exc.message}; the lease on {self.state_id} may be held by this run "
+            f"({self.run_id}) until {format_time(expires_at)}: the store could not be "
+            f"reached to check ({why.message})"
+        )
+
+    def _settle_unknown(self, exc: StoreError, record: LeaseRecord, what: str) -> None:
+        """A create or takeover of ``record`` whose answer was lost: learn whether it landed.
+
+        Returns as the holder when the lease carries our run ID; re-raises ``exc`` when it
+        does not (the write did not land); names the expiry when the store cannot be read.
+        """
+        if isinstance(exc, StoreAccessDenied):
+            raise exc  # refused: nothing landed
+        with signals.deferred():  # a lease found to be ours is always one we remember
+            try:
+                found, blob = self._read_within(check_seconds(self.ttl))
+            except StoreError as why:
+                raise self._unknown_outcome(exc, record.expires_at, why) from None
+            if blob is None or found is None or not self._ours(found):
+                raise exc
+            log.info(f"the lease's {what} on {self.state_id} had landed: this run holds it")
+            self.record, self.version = found, blob.version
 
     def acquire(self) -> None:
         """Take the lease, waiting up to ``wait`` seconds for a busy one; else :class:`LeaseBusy`."""
@@ -325,14 +432,39 @@ class Lease:
             try:
                 self.version = self.store.replace(self.key, record.to_bytes(), self.version)
             except PreconditionFailed:
-                holder, _ = read_lease(self.store, self.state_id)
-                self.lost = LeaseLost(
-                    f"lost the lease on {self.state_id}: now {lost_to(holder, self.run_id)}"
-                )
-                raise self.lost from None
+                holder, blob = read_lease(self.store, self.state_id)
+                if blob is not None and self._ours(holder) and blob.data == record.to_bytes():
+                    self.version = blob.version  # an earlier attempt of this renewal landed
+                else:
+                    self.lost = LeaseLost(
+                        f"lost the lease on {self.state_id}: now {lost_to(holder, self.run_id)}"
+                    )
+                    raise self.lost from None
+            except StoreError as exc:
+                self._renewal_landed(exc, record)
             self.record = record
         finally:
             self._lock.release()
+
+    def _renewal_landed(self, exc: StoreError, record: LeaseRecord) -> None:
+        """A renewal to ``record`` whose answer was lost: return if it landed, else re-raise.
+
+        Either way the renewal's own retries are over; a lease found to carry an earlier
+        renewal of ours (one that landed late) is remembered at its version.
+        """
+        if isinstance(exc, StoreAccessDenied):
+            raise exc
+        try:
+            found, blob = self._read_within(check_seconds(self.ttl))
+        except StoreError:
+            raise exc from None
+        if blob is None or found is None or not self._ours(found):
+            raise exc
+        self.version = blob.version
+        if blob.data == record.to_bytes():
+            return
+        self.record = found
+        raise exc
 
     confirm = renew  # fencing: a state write is preceded by a successful renewal
 
@@ -358,7 +490,9 @@ class Lease:
                 on_lost(self.lost)
 
         def beat() -> None:
-            pause = self.ttl / 3
+            # a lease adopted after its create's answer was lost is already some seconds old
+            first = self.record.renewed_at + self.ttl / 3 - self.clock() if self.record else 0
+            pause = max(0.0, min(self.ttl / 3, first))
             while not self._stop.wait(pause):
                 record = self.record
                 if record is None:
@@ -432,8 +566,9 @@ class Lease:
         """
         self.stop_heartbeat()
         if self.lost is not None or not self._lock.acquire(timeout=self.ttl):
-            self.version = None
-            self.record = None
+            record, self.version, self.record = self.record, None, None
+            if record is not None:
+                self._release_if_ours(record)
             return
         try:
             if self.version is None or self.record is None:
@@ -442,15 +577,53 @@ class Lease:
             if releases_by_delete(self.store) and not expired:
                 self.store.delete(self.key, if_version=self.version)
             else:
-                now = self.clock()
-                released = replace(self.record, status=RELEASED, renewed_at=now, expires_at=now)
-                self.store.replace(self.key, released.to_bytes(), self.version)
+                self._release_by_swap(self.record, self.version)
         except PreconditionFailed:
             pass  # someone else holds it now: leave their lease alone
+        except StoreError as exc:
+            if self.record is not None:
+                self._release_checked(exc, self.record)
         finally:
             self.version = None
             self.record = None
             self._lock.release()
+
+    def _release_by_swap(self, record: LeaseRecord, version: str) -> None:
+        now = self.clock()
+        released = replace(record, status=RELEASED, renewed_at=now, expires_at=now)
+        self.store.replace(self.key, released.to_bytes(), version)
+
+    def _release_checked(self, exc: StoreError, record: LeaseRecord) -> None:
+        """A release whose answer was lost: read the lease back; release it if still ours."""
+        if isinstance(exc, StoreAccessDenied):
+            raise exc
+        found: LeaseRecord | None = None
+        try:
+            found, blob = self._read_within(check_seconds(self.ttl))
+            if blob is not None and self._ours(found):
+                self._release_by_swap(found or record, blob.version)
+        except PreconditionFailed:
+            return  # taken over meanwhile: no longer ours
+        except StoreError as why:
+            latest = max(record.expires_at, found.expires_at if found and self._ours(found) else 0)
+            raise self._unknown_outcome(exc, latest, why) from None
+
+    def _release_if_ours(self, record: LeaseRecord) -> None:
+        """After losing the lease because the store did not answer: the record may still be
+        ours (a renewal landed unseen). Release it then; anyone else's is left alone."""
+        try:
+            found, blob = self._read_within(check_seconds(self.ttl))
+            if blob is not None and found is not None and self._ours(found):
+                self._release_by_swap(found, blob.version)
+        except PreconditionFailed:
+            return
+        except StoreError as why:
+            raise StoreError(
+                f"the lease on {self.state_id} may be held by this run ({self.run_id}) until "
+                f"{format_time(max(record.expires_at, self.clock() + self.ttl))}: the store "
+                f"could not be reached "
+                f"to check ({why.message})"
+            ) from None
 
     def __enter__(self) -> Lease:
         self.acquire()

@@ -79,7 +79,13 @@ VERDICTS = {
     ),
 }
 
-_CONDITIONAL_CHECKS = ("create-if-absent", "compare-and-swap", "conditional delete", "release")
+_CONDITIONAL_CHECKS = (
+    "create-if-absent",
+    "compare-and-swap",
+    "conditional delete",
+    "release",
+    "operator delete",
+)
 
 
 _ACCESS_CHECKS = ("reachable", "credentials accepted", "read", "write", "list", "delete")
@@ -126,10 +132,25 @@ def run_checks(store: BlobStore) -> Report:
             _check_conditions(probe, report)
     finally:
         probe.clean_up(report)
+    reason = _skip_reason(report)
     for name in _CONDITIONAL_CHECKS:
         if report.status_of(name) is None:
-            report.add(name, "skipped", "needs a store that is reachable and writable")
+            report.add(name, "skipped", reason)
     return report
+
+
+def _skip_reason(report: Report) -> str:
+    """Why the conditional checks that have no result were not run: the check that stopped them."""
+    for name, why in (
+        ("reachable", "the store is unreachable"),
+        ("write", "needs the write check to pass"),
+        ("conditional writes", "the conditional-write probe failed"),
+        ("compare-and-swap", "needs compare-and-swap to work"),
+    ):
+        check = next((c for c in report.checks if c.name == name), None)
+        if check is not None and check.status in ("failed", "skipped"):
+            return f"{why} ({check.detail})" if check.detail else why
+    return "an earlier check failed"
 
 
 def _check_access(probe: _Probe, report: Report) -> None:
@@ -143,7 +164,7 @@ def _check_access(probe: _Probe, report: Report) -> None:
         for name in _ACCESS_CHECKS[1:]:
             report.add(name, "skipped", "the store is unreachable")
         return
-    wrote, version = probe.attempt("write", lambda: store.create(key, data))
+    wrote, _ = probe.attempt("write", lambda: store.create(key, data))
     if wrote or not probe.failures["write"].startswith("permission denied"):
         probe.keys.append(key)
     ok, blob = probe.attempt("read", lambda: store.read(key))
@@ -152,10 +173,14 @@ def _check_access(probe: _Probe, report: Report) -> None:
     ok, keys = probe.attempt("list", lambda: list(store.list(f"{SCRATCH_DIR}/")))
     if ok and wrote and key not in keys:
         probe.failures.setdefault("list", "a listing did not show the object just written")
-    if wrote:
-        ok, _ = probe.attempt("delete", lambda: store.delete(key, if_version=version))
+    if wrote:  # a plain delete: the conditional one is a check of its own
+        ok, _ = probe.attempt("delete", lambda: store.delete(key))
         if ok and store.read(key) is not None:
             probe.failures.setdefault("delete", "the object was still there after a delete")
+    _report_access(probe, report, wrote)
+
+
+def _report_access(probe: _Probe, report: Report, wrote: bool) -> None:
     ops = ("read", "write", "list", "delete")
     tried = [n for n in ops if wrote or n != "delete"]
     refused = all(probe.failures.get(n, "").startswith("permission denied") for n in tried)
@@ -179,80 +204,111 @@ def _check_conditions(probe: _Probe, report: Report) -> None:
     probe.keys.append(key)
     try:
         first = store.create(key, b"one")
-        # 1. create-if-absent: how a lease is acquired
-        try:
-            store.create(key, b"two")
-            report.add(
-                "create-if-absent",
-                "unsafe",
-                "a create of an object that exists was accepted: two runs could both take "
-                "the lease",
-            )
-        except PreconditionFailed:
-            report.add("create-if-absent", "ok", "a create of an existing object was rejected")
+        _check_create(store, key, report)  # 1. how a lease is acquired
         blob = store.read(key)
         current = blob.version if blob else first
-        # 2. compare-and-swap: renewals, takeovers and fenced state writes
-        try:
-            store.replace(key, b"three", if_version=current)
-        except PreconditionFailed:
-            report.add(
-                "compare-and-swap", "failed", "a replace with the current version was rejected"
-            )
+        # 2. renewals, takeovers and fenced state writes
+        if not _check_swap(store, key, current, report):
             return
-        try:
-            store.replace(key, b"four", if_version=current)
-            report.add(
-                "compare-and-swap",
-                "unsafe",
-                "a replace with a stale version was accepted: a run that lost its lease "
-                "could still overwrite the state",
-            )
-        except PreconditionFailed:
-            report.add("compare-and-swap", "ok", "a replace with a stale version was rejected")
-        if store.traits.unquoted_etags:
-            report.checks[-1] = Check(
-                "compare-and-swap",
-                report.checks[-1].status,
-                report.checks[-1].detail + " (this endpoint matches If-Match only without "
-                "the quotes S3 puts around ETags: they are sent unquoted here)",
-            )
-        # 3. delete-if-version, and how a lease is released here
-        by_delete = releases_by_delete(store)
-        try:
-            store.delete(key, if_version=current)
-            ignored = True
-        except PreconditionFailed:
-            ignored = False
-        if not ignored:
-            report.add("conditional delete", "ok", "a delete with a stale version was rejected")
-        elif not by_delete:
-            report.add(
-                "conditional delete",
-                "ok",
-                "a delete with a stale version was accepted (the condition is ignored); "
-                "mapper-state does not rely on it here",
-            )
-        else:
-            detail = "a delete with a stale version was accepted"
-            if report.verdict != "unsafe":
-                detail += (
-                    ". Locking stays safe (acquiring, renewing and state writes are still "
-                    "conditional), but this store is taken to enforce delete conditions, so "
-                    "a run that lost its lease may delete its successor's lease when it "
-                    "exits; the successor then stops at its next renewal instead of finishing"
-                )
-            report.add("conditional delete", "warning", detail)
-        report.add(
-            "release",
-            "ok",
-            "by a conditional delete of the lease"
-            if by_delete
-            else "by compare-and-swap to a released lease record (safe whether or not the "
-            "store checks delete conditions)",
-        )
+        _check_delete(store, key, current, report)  # 3. delete-if-version
+        _report_deletes(store, report)
     except StoreError as exc:
         report.add("conditional writes", "failed", exc.message)
+
+
+def _check_create(store: BlobStore, key: str, report: Report) -> None:
+    try:
+        store.create(key, b"two")
+        report.add(
+            "create-if-absent",
+            "unsafe",
+            "a create of an object that exists was accepted: two runs could both take the lease",
+        )
+    except PreconditionFailed:
+        report.add("create-if-absent", "ok", "a create of an existing object was rejected")
+
+
+def _check_swap(store: BlobStore, key: str, current: str, report: Report) -> bool:
+    """Compare-and-swap with the current version, then a stale one; False if the first fails."""
+    try:
+        store.replace(key, b"three", if_version=current)
+    except PreconditionFailed:
+        report.add("compare-and-swap", "failed", "a replace with the current version was rejected")
+        return False
+    try:
+        store.replace(key, b"four", if_version=current)
+        status: Status = "unsafe"
+        detail = (
+            "a replace with a stale version was accepted: a run that lost its lease could "
+            "still overwrite the state"
+        )
+    except PreconditionFailed:
+        status, detail = "ok", "a replace with a stale version was rejected"
+    if store.traits.unquoted_etags:
+        detail += (
+            " (this endpoint matches If-Match only without the quotes S3 puts around ETags: "
+            "they are sent unquoted here)"
+        )
+    report.add("compare-and-swap", status, detail)
+    return True
+
+
+def _check_delete(store: BlobStore, key: str, stale: str, report: Report) -> None:
+    """A delete at a stale version: refused (good), ignored, or not supported at all."""
+    try:
+        store.delete(key, if_version=stale)
+        ignored = True
+    except PreconditionFailed:
+        ignored = False
+    except StoreError as exc:
+        if not store.traits.refuses_delete_conditions:
+            raise
+        report.add(
+            "conditional delete",
+            "ok",
+            f"the store refuses a delete with a condition ({exc.message}), while a plain "
+            "delete works; mapper-state does not rely on it here",
+        )
+        return
+    if not ignored:
+        report.add("conditional delete", "ok", "a delete with a stale version was rejected")
+    elif not releases_by_delete(store):
+        report.add(
+            "conditional delete",
+            "ok",
+            "a delete with a stale version was accepted (the condition is ignored); "
+            "mapper-state does not rely on it here",
+        )
+    else:
+        detail = "a delete with a stale version was accepted"
+        if report.verdict != "unsafe":
+            detail += (
+                ". Locking stays safe (acquiring, renewing and state writes are still "
+                "conditional), but this store is taken to enforce delete conditions, so "
+                "a run that lost its lease may delete its successor's lease when it "
+                "exits; the successor then stops at its next renewal instead of finishing"
+            )
+        report.add("conditional delete", "warning", detail)
+
+
+def _report_deletes(store: BlobStore, report: Report) -> None:
+    """Which release, and which delete the operator commands (``state clear``/``move``) use."""
+    report.add(
+        "release",
+        "ok",
+        "by a conditional delete of the lease"
+        if releases_by_delete(store)
+        else "by compare-and-swap to a released lease record (safe whether or not the "
+        "store checks delete conditions)",
+    )
+    report.add(
+        "operator delete",
+        "ok",
+        "a plain delete under the command's lease, after checking the state's version "
+        "(this store refuses conditional deletes)"
+        if store.traits.refuses_delete_conditions
+        else "a delete conditional on the state's version, under the command's lease",
+    )
 
 
 def render_text(report: Report) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from mapper_state import log
 from mapper_state.core import history, state
+from mapper_state.core.deletes import delete_held
 from mapper_state.core.lease import Lease, read_lease
 from mapper_state.core.state import StateSnapshot, state_key
 from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError, StateNotFound
@@ -117,7 +118,7 @@ def _remove(
         _keep_current(store, snapshot, guard, lease.command)
     lease.confirm()
     try:
-        store.delete(state_key(snapshot.state_id), if_version=snapshot.version)
+        delete_held(store, state_key(snapshot.state_id), snapshot.version)
     except PreconditionFailed:
         raise LeaseLost(
             f"the state of {snapshot.state_id} was changed by another writer; not clearing it"
@@ -249,7 +250,9 @@ def move_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: boo
             _remove(store, leases[src], source, guard, keep_history=True)
         except MapperStateError as exc:
             raise MapperStateError(
-                f"copied {src} to {dst} but could not remove {src}: {exc.message}",
+                f"copied {src} to {dst} ({dst} holds the state now) but could not remove "
+                f"{src}, which still holds it too: {exc.message}; run `mapper-state state "
+                f"clear {src}` once the store allows",
                 exit_code=exc.exit_code,
             ) from None
 

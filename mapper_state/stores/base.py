@@ -91,6 +91,12 @@ class StoreTraits:
     unquoted_etags: bool = False
     #: Seconds within which every call gives up, retries included; ``None``: no retry layer.
     retry_deadline_seconds: float | None = None
+    #: The store answers a delete with a version condition "not implemented" (learned on
+    #: the first such answer): commands holding the lease delete without the condition.
+    refuses_delete_conditions: bool = False
+    #: The store is not known to refuse a second create-if-absent (an S3-compatible
+    #: endpoint): every acquire of a lease proves it does, at the cost of one request.
+    proves_create_condition: bool = False
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ import pytest
 
 from tests.chaos import cli
 from tests.chaos.conftest import BUDGET, record_figures
-from tests.helpers import MAPPER, clean_env
+from tests.helpers import MAPPER, clean_env, wait_until
 from tests.servers import Emulator, StoreLocation
 
 pytestmark = pytest.mark.cloud
@@ -61,12 +61,29 @@ class Captured:
         self.outputs.append((args, data))
 
 
-def leaks(secrets: list[str], blobs: list[tuple[str, bytes]]) -> list[str]:
+#: A leak is any piece of a secret this long: a record cut at 200 characters, or a
+#: wrapped line, shows a part of a secret, never the whole.
+FRAGMENT = 12
+
+
+def fragments(secret: str, whole: bool = False) -> set[bytes]:
+    """Every ``FRAGMENT``-character piece of ``secret`` (or all of it: ``whole``), raw and as
+    JSON escapes it."""
+    pieces = set()
+    for form in (secret, json.dumps(secret)[1:-1]):
+        size = len(form) if whole else min(FRAGMENT, len(form))
+        pieces |= {form[i : i + size].encode() for i in range(len(form) - size + 1)}
+    return pieces
+
+
+def leaks(secrets: list[str], blobs: list[tuple[str, bytes]], whole: bool = False) -> list[str]:
     found = []
-    for where, data in blobs:
-        for secret in secrets:
-            if secret.encode() in data or json.dumps(secret)[1:-1].encode() in data:
-                found.append(f"{secret[:6]}... in {where}")
+    for secret in secrets:
+        pieces = fragments(secret, whole)
+        for where, data in blobs:
+            piece = next((p for p in pieces if p in data), None)
+            if piece is not None:
+                found.append(f"{len(piece)} characters of {secret[:4]}... in {where}")
     return found
 
 
@@ -126,10 +143,19 @@ OPERATOR_COMMANDS = (
 )
 
 
-def check(captured: Captured, location: StoreLocation, secrets: list[str], kind: str) -> None:
+def check(
+    captured: Captured,
+    location: StoreLocation,
+    secrets: list[str],
+    kind: str,
+    whole: tuple[str, ...] = (),
+) -> None:
+    """No fragment of ``secrets`` (nor any of ``whole``, a secret with public parts such as
+    a connection string's endpoint) in any output or stored object."""
     outputs = [(" ".join(a[:3]), data) for a, data in captured.outputs]
     objects = every_object(location)
     found = leaks(secrets, outputs) + leaks(secrets, objects)
+    found += leaks(list(whole), outputs, whole=True) + leaks(list(whole), objects, whole=True)
     record_figures(
         "secrets",
         kind,
@@ -227,7 +253,7 @@ def test_azure_connection_string_never_leaks(azure_location: StoreLocation, tmp_
             captured, {**base, "AZURE_STORAGE_CONNECTION_STRING": connection_string}, [([], {})],
             "chaos:secrets-azure-env",
         )  # fmt: skip
-    check(captured, azure_location, [connection_string, AZURITE_KEY], "azure")
+    check(captured, azure_location, [AZURITE_KEY], "azure", whole=(connection_string,))
 
 
 @pytest.fixture
@@ -328,7 +354,23 @@ def test_a_password_in_a_uri_never_leaks(tmp_path: Path) -> None:
             captured.run([*args, "--state-backend-uri", uri], env)
             captured.run(args, {**env, "MAPPER_STATE_STATE_BACKEND__URI": uri})
             captured.run(args, {**env, "MELTANO_STATE_BACKEND_URI": uri})
+    # a holder on the file store, inspected while its lease record is there
+    uri = f"file://etl:{password}@{tmp_path}/held"
+    holder = cli.spawn(
+        None,  # type: ignore[arg-type]
+        "--state-id", "held", "--state-backend-uri", uri, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: lease_files(tmp_path), "the holder's lease record", timeout=30)
+        files = [(str(p), p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()]
+    finally:
+        out, err = holder.communicate(b"", timeout=60)
+        captured.add(["holder"], out + err)
     found = leaks([password], [(" ".join(a[:3]), d) for a, d in captured.outputs])
-    files = [(str(p), p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()]
     found += leaks([password], files)
+    assert any(cli.LEASE_FILE in name for name, _ in files), "no lease record was inspected"
     assert not found, found
+
+
+def lease_files(root: Path) -> list[Path]:
+    return list(root.rglob(cli.LEASE_FILE))

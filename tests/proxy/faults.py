@@ -69,6 +69,12 @@ The control file is a JSON object; every key is optional:
 ``methods``        apply faults only to these methods, e.g. ``["PUT"]``
 ``max_faults``     stop injecting after this many faults since the file was
                    loaded (null or absent: no limit)
+``skip``           let the first this many requests that ``match``,
+                   ``body_match``, ``methods`` and ``headers`` select since the
+                   file was loaded pass untouched (a lease's create, before the
+                   takeover that follows it)
+``headers``        apply faults only to requests that carry every one of these
+                   headers, e.g. ``["If-Match"]`` (a conditional delete)
 =================  ===========================================================
 
 Rates are probabilities in [0, 1] that add up to at most 1: each request gets
@@ -104,7 +110,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -132,6 +138,7 @@ NOT_FORWARDED = frozenset({"reset", "error", "throttle", "blackhole", "late"})
 _REASONS = {
     429: ("SlowDown", "Please reduce your request rate."),
     500: ("InternalError", "We encountered an internal error. Please try again."),
+    501: ("NotImplemented", "A header you provided implies functionality that is not implemented."),
     502: ("BadGateway", "Bad gateway."),
     503: ("ServiceUnavailable", "Service is unable to handle request."),
     504: ("GatewayTimeout", "Gateway timeout."),
@@ -151,6 +158,8 @@ class FaultConfig:
     methods: frozenset[str] | None = None
     max_faults: int | None = None
     body_match: str | None = None
+    skip: int = 0
+    headers: tuple[str, ...] = ()
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "FaultConfig":
@@ -166,6 +175,8 @@ class FaultConfig:
             "methods",
             "max_faults",
             "body_match",
+            "skip",
+            "headers",
         }
         unknown = set(data) - set(FAULTS) - params
         if unknown:
@@ -214,7 +225,15 @@ class FaultConfig:
             isinstance(max_faults, bool) or not isinstance(max_faults, int) or max_faults < 0
         ):
             raise ValueError(f"max_faults: an integer >= 0 or null, not {max_faults!r}")
+        skip = data.get("skip", 0)
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise ValueError(f"skip: an integer >= 0, not {skip!r}")
+        headers = data.get("headers", [])
+        if not isinstance(headers, list) or not all(isinstance(h, str) for h in headers):
+            raise ValueError(f"headers: a list of header names, not {headers!r}")
         return cls(
+            skip=skip,
+            headers=tuple(h.lower() for h in headers),
             rates=rates,
             error_statuses=tuple(statuses),
             throttle_status=throttle_status,
@@ -226,9 +245,14 @@ class FaultConfig:
             body_match=body_match or None,
         )
 
-    def applies_to(self, method: str, path: str, body: bytes = b"") -> bool:
-        """Whether faults may be applied to this request at all."""
+    def applies_to(
+        self, method: str, path: str, body: bytes = b"", headers: Sequence[str] = ()
+    ) -> bool:
+        """Whether faults may be applied to this request at all (``headers``: its names)."""
         if self.match is not None and self.match not in path:
+            return False
+        names = {h.lower() for h in headers}
+        if any(h not in names for h in self.headers):
             return False
         if self.body_match is not None and self.body_match.encode() not in body:
             return False
@@ -272,6 +296,7 @@ class FaultInjector:
         self._rng = random.Random(0)
         self._seed = 0
         self._faults_applied = 0
+        self._selected = 0  # requests the filters selected since the file was loaded
         self._log: TextIO | None = None
         self._seq = 0
         self._late_tasks: set[asyncio.Task[None]] = set()
@@ -331,8 +356,15 @@ class FaultInjector:
         draw = self._rng.random()  # one draw per request, matching or not: reproducible
         fault = None
         body = flow.request.raw_content or b""
-        if config.applies_to(flow.request.method, _path(flow), body) and (
-            config.max_faults is None or self._faults_applied < config.max_faults
+        selected = config.applies_to(
+            flow.request.method, _path(flow), body, list(flow.request.headers.keys())
+        )
+        if selected:
+            self._selected += 1
+        if (
+            selected
+            and self._selected > config.skip
+            and (config.max_faults is None or self._faults_applied < config.max_faults)
         ):
             fault = config.pick(draw)
         if fault is None:
@@ -426,6 +458,7 @@ class FaultInjector:
             return
         self._rng = random.Random(self._seed)
         self._faults_applied = 0
+        self._selected = 0
         logger.info("fault proxy: faults now %s", self.config)
 
     def _error_response(

@@ -30,5 +30,12 @@ STORE = StoreType(
             "Server-side encryption for every write: `AES256` or `aws:kms`.",
         ),
         SettingSpec("sse_kms_key_id", "string", "KMS key ID for `aws:kms` encryption."),
+        SettingSpec(
+            "conditional_writes_checked",
+            "boolean",
+            "The `endpoint_url` store is known to refuse a second `If-None-Match: *` create "
+            "(`mapper-state doctor` says SAFE): skip the check every lease acquire makes there.",
+            default=False,
+        ),
     ),
 )

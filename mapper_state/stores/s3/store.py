@@ -106,6 +106,7 @@ class S3Store(CloudStore):
         write_args: Mapping[str, str] | None = None,
         endpoint: str | None = None,
         client_for_timeout: Callable[[float], Any] | None = None,
+        conditions_checked: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(bucket, prefix, **kwargs)
@@ -120,6 +121,7 @@ class S3Store(CloudStore):
         # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
         self.endpoint_is_aws = endpoint is None
         self.traits.enforces_delete_conditions = endpoint is None
+        self.traits.proves_create_condition = endpoint is not None and not conditions_checked
         # traits.unquoted_etags is measured on the first refused replace
 
     @property
@@ -270,6 +272,9 @@ class S3Store(CloudStore):
                     return
                 if absent:
                     raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                if if_version is not None and (code == "NotImplemented" or status == 501):
+                    self.traits.refuses_delete_conditions = True  # not retried: it will not change
+                    raise self._client_error(exc, "delete", self._where(key)) from None
                 raise
 
         self._call("delete", key, delete)
@@ -351,6 +356,8 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
         write_args=_write_args(options),
         endpoint=endpoint,
         client_for_timeout=client_for_timeout,
+        conditions_checked=str(options.get("conditional_writes_checked", "")).lower()
+        in ("true", "1", "yes"),
         **kwargs,
     )
 
