@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from mapper_state.config import catalog
 from mapper_state.errors import ConfigError
+from mapper_state.redact import display_uri
 from mapper_state.settings import SettingSpec
 from mapper_state.stores import split_uri, store_types
 
@@ -119,15 +120,18 @@ def _meltano_file_uri(uri: str) -> str:
         "in meltano.yml for a directory of the project"
     )
     host, path = _meltano_file_host(uri), meltano_file_path(uri)
+    shown = display_uri(uri)  # a password typed into the URI stays out of the message
     if host:
         where = f"keeps the state in {path}" if path else "keeps no state"
+        if "@" in host:
+            host = "***@" + host.rpartition("@")[2]
         raise ConfigError(
-            f"{BACKEND_URI_VAR} {uri}: Meltano reads {host!r} as a host name and {where}; "
+            f"{BACKEND_URI_VAR} {shown}: Meltano reads {host!r} as a host name and {where}; "
             f"{spellings}"
         )
     if path is None:
         raise ConfigError(
-            f"{BACKEND_URI_VAR} {uri} has no absolute path, and Meltano keeps no state "
+            f"{BACKEND_URI_VAR} {shown} has no absolute path, and Meltano keeps no state "
             f"there (it uses only a file URI's path); {spellings}"
         )
     return "file://" + path

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mapper_state.errors import ConfigError
 from mapper_state.fdio import write_all
 from mapper_state.stores.base import (
     Blob,
@@ -235,7 +236,16 @@ class FileStore:
 
 
 def from_uri(location: str, options: Mapping[str, Any]) -> FileStore:
-    """``file:///abs/path`` gives ``/abs/path``; ``file://rel/path`` a path relative to the cwd."""
+    """``file:///abs/path`` gives ``/abs/path``; ``file://rel/path`` a path relative to the cwd.
+
+    A user or password (``file://user:pw@/path``) is refused rather than read as a
+    directory named after the credentials.
+    """
+    if "@" in location.split("/", 1)[0]:
+        raise ConfigError(
+            "state_backend.uri: a file:// URI takes no user or password; "
+            "write file:///abs/path or file://relative/path"
+        )
     return FileStore(os.path.expanduser(location) or ".")
 
 

@@ -25,6 +25,7 @@ import pytest
 from tests.chaos import cli
 from tests.chaos.conftest import BUDGET, record_figures
 from tests.helpers import MAPPER, clean_env, wait_until
+from tests.pg import PostgresLocation
 from tests.servers import Emulator, StoreLocation
 
 pytestmark = pytest.mark.cloud
@@ -335,7 +336,7 @@ def test_gcs_credentials_json_never_leaks(
     )
 
 
-def test_a_password_in_a_uri_never_leaks(tmp_path: Path) -> None:
+def test_a_password_in_a_uri_never_leaks(tmp_path: Path, pg_location: PostgresLocation) -> None:
     password = f"pw-chaos-{uuid.uuid4().hex}"
     captured = Captured(tmp_path)
     # nothing answers at these addresses: a short lease keeps each run's retries to ~1 s
@@ -354,23 +355,26 @@ def test_a_password_in_a_uri_never_leaks(tmp_path: Path) -> None:
             captured.run([*args, "--state-backend-uri", uri], env)
             captured.run(args, {**env, "MAPPER_STATE_STATE_BACKEND__URI": uri})
             captured.run(args, {**env, "MELTANO_STATE_BACKEND_URI": uri})
-    # a holder on the file store, inspected while its lease record is there
-    uri = f"file://etl:{password}@{tmp_path}/held"
+    # a holder whose URI carries the server's real password, its lease record inspected
+    server = pg_location.server
+    secret = server.password
+    uri = pg_location.uri.replace(f"//{server.user}@", f"//{server.user}:{secret}@", 1)
+    assert secret in uri
     holder = cli.spawn(
         None,  # type: ignore[arg-type]
         "--state-id", "held", "--state-backend-uri", uri, env=env, cwd=tmp_path,
     )  # fmt: skip
+    store = pg_location.open()
     try:
-        wait_until(lambda: lease_files(tmp_path), "the holder's lease record", timeout=30)
-        files = [(str(p), p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()]
+        wait_until(
+            lambda: store.read(f"held/{cli.LEASE_FILE}") is not None, "the lease", timeout=30
+        )
+        rows = [(key, blob.data) for key in store.list() if (blob := store.read(key))]
     finally:
         out, err = holder.communicate(b"", timeout=60)
         captured.add(["holder"], out + err)
+        store.close()
     found = leaks([password], [(" ".join(a[:3]), d) for a, d in captured.outputs])
-    found += leaks([password], files)
-    assert any(cli.LEASE_FILE in name for name, _ in files), "no lease record was inspected"
+    found += leaks([secret], [("holder", out + err), *rows])
+    assert any(cli.LEASE_FILE in key for key, _ in rows), "no lease record was inspected"
     assert not found, found
-
-
-def lease_files(root: Path) -> list[Path]:
-    return list(root.rglob(cli.LEASE_FILE))
