@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.chaos import cli
-from tests.chaos.conftest import STARTUP_MARGIN
+from tests.chaos.conftest import startup_margin
 from tests.helpers import clean_env
 
 pytestmark = pytest.mark.cloud
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.cloud
 
 @pytest.fixture
 def stalling_s3() -> Iterator[str]:
-    """An HTTP endpoint answering every request ``200`` with an ETag, then never the body."""
+    """An HTTP endpoint answering every request ``200`` with an ETag, then never the body;
+    a request for a key under ``refused/`` is answered ``403`` at once."""
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
     held: list[socket.socket] = []
@@ -38,7 +39,10 @@ def stalling_s3() -> Iterator[str]:
             except OSError:
                 continue
             held.append(conn)
-            conn.recv(65536)
+            request = conn.recv(65536)
+            if b"/refused/" in request.split(b"\r\n", 1)[0]:
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                continue
             conn.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b'ETag: "0123456789abcdef0123456789abcdef"\r\nContent-Length: 1000\r\n\r\n{"'
@@ -64,9 +68,12 @@ def test_a_stalled_body_is_a_store_error_within_the_deadline(stalling_s3: str) -
         MAPPER_STATE_STATE_BACKEND__S3__AWS_SECRET_ACCESS_KEY="testing-secret",
         MAPPER_STATE_STATE_BACKEND__S3__REGION="us-east-1",
     )
+    margin = startup_margin(
+        lambda: cli.run(None, "state", "get", "refused", "--lock-timeout-seconds", "6", env=env)  # type: ignore[arg-type]
+    )
     started = time.monotonic()
     proc = cli.run(None, "state", "get", "x", "--lock-timeout-seconds", "6", env=env, timeout=60)  # type: ignore[arg-type]
     took = time.monotonic() - started
     assert proc.returncode == 5, proc.stderr.decode(errors="replace")
     cli.one_line_error(proc.stderr)
-    assert took < 2 + STARTUP_MARGIN, f"gave up after {took:.1f}s (deadline 2 s)"
+    assert took < 2 + margin, f"gave up after {took:.1f}s (deadline 2 s, start-up {margin:.1f} s)"
