@@ -36,7 +36,7 @@ from mapper_state.config import load_settings
 from mapper_state.core import bookmarks, history, state
 from mapper_state.core.lease import Lease
 from mapper_state.core.state import singer_state
-from mapper_state.errors import LeaseBusy, MapperStateError
+from mapper_state.errors import BadInput, LeaseBusy, MapperStateError
 from mapper_state.meltano import backend_schemes
 from mapper_state.meltano.env import SOURCE
 from mapper_state.settings import Settings
@@ -101,16 +101,36 @@ def resolve_settings(kwargs: Mapping[str, Any], env: Mapping[str, str] | None = 
     return settings
 
 
-def _errors_as_meltano() -> contextlib.AbstractContextManager[None]:
-    return _Translate()
+class Refused(SystemExit):
+    """A mapper-state error inside a Meltano command: one line on stderr, then the exit code.
+
+    Meltano wraps any ``Exception`` a state write raises in its own error and prints the
+    traceback; a ``SystemExit`` passes through its handlers, so the user sees the sentence.
+    """
+
+    def __init__(self, error: MapperStateError, hint: str = "") -> None:
+        log.error(error.message + (f" ({hint})" if hint else ""))
+        super().__init__(error.exit_code)
+
+
+_BUSY_HINT = (
+    "wait for it to finish, raise state_backend.lock_wait_seconds, or "
+    "`mapper-state lock break` a holder known to be dead"
+)
 
 
 class _Translate(contextlib.AbstractContextManager[None]):
-    """Turn mapper-state's errors into Meltano's (one line, no traceback)."""
+    """Turn mapper-state's errors into a clean exit with one line."""
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, LeaseBusy):
+            raise Refused(exc, _BUSY_HINT) from None
         if isinstance(exc, MapperStateError):
-            raise BackendError(exc.message) from None
+            raise Refused(exc) from None
+
+
+def _errors_as_meltano() -> contextlib.AbstractContextManager[None]:
+    return _Translate()
 
 
 class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
@@ -168,14 +188,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             state.validate_state_id(state_id)
             lease = Lease.for_settings(self.store, state_id, self.settings)
             lease.retry = retry_seconds or lease.retry
-            try:
-                lease.acquire()
-            except LeaseBusy as exc:
-                raise BackendError(
-                    exc.message,
-                    "wait for it to finish, raise state_backend.lock_wait_seconds, or "
-                    "`mapper-state lock break` a holder known to be dead",
-                ) from None
+            lease.acquire()
             lease.start_heartbeat()
         self._leases[state_id] = lease
         try:
@@ -210,9 +223,9 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             allow_reset=bool(self.settings[bookmarks.RESET_SETTING]),
         )
         if verdict.refused:
-            raise BackendError(
-                verdict.warning or f"refused to replace the bookmarks of {state_id}",
-                "set state_backend.<scheme>.allow_state_reset, or `meltano state clear` first",
+            reason = verdict.warning or f"refused to replace the bookmarks of {state_id}"
+            raise BadInput(
+                f"{reason} (set allow_state_reset, or `meltano state clear` the state first)"
             )
         if verdict.warning:
             log.warning(verdict.warning)
