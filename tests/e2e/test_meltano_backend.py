@@ -1,0 +1,302 @@
+"""Meltano's state backend add-on, with the real Meltano 4.4.1 and the project's wheel in its venv.
+
+One session fixture builds a virtualenv that sees Meltano's own packages (a ``.pth`` to its
+site-packages: what ``pip install`` into Meltano's venv gives) and installs the wheel into
+it with Meltano's pins as constraints, once. Each test then points ``state_backend.uri`` at
+``mapper-state+<store>://...`` and runs ``meltano`` commands against a real server.
+
+Meltano takes seconds to start on a busy machine, so the default suite runs the whole
+matrix on the local store and on S3 (moto), and a short round on each other store;
+``MAPPER_STATE_MELTANO_BACKEND=full`` runs everything everywhere, and
+``MAPPER_STATE_MELTANO_BACKEND_ROUNDS`` sets the rounds of the concurrent-merge race
+(the race's figures, lost streams per round, go to the test's output with ``-s``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mapper_state.core import history, state
+from mapper_state.stores.base import BlobStore
+from tests.dist import Dist, outside_checkout, uv, uv_env
+from tests.e2e import tools
+from tests.e2e.test_meltano import (
+    PIPELINE,
+    STATE_ID,
+    Project,
+    add_rows,
+    bookmark,
+    delivered,
+    make_project,
+)
+from tests.helpers import clean_env
+
+pytestmark = pytest.mark.e2e
+
+FULL = os.environ.get("MAPPER_STATE_MELTANO_BACKEND") == "full"
+ROUNDS = int(os.environ.get("MAPPER_STATE_MELTANO_BACKEND_ROUNDS", "1"))
+MELTANO_SITE = tools.TOOLS_DIR / "meltano" / "lib" / "python3.11" / "site-packages"
+WRITERS = 8
+
+
+# -- Meltano with the add-on ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def meltano_addon(built_dist: Dist) -> Iterator[Path]:
+    """``meltano`` of a venv holding Meltano 4.4.1 and the project's wheel (built once)."""
+    real = tools.meltano()
+    root = outside_checkout()
+    venv = root / "venv"
+    python = Path(os.path.realpath(real.parent / "python"))
+    try:
+        pins = subprocess.run(
+            [uv(), "pip", "freeze", "--python", str(real.parent / "python")],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=uv_env(),
+        ).stdout
+        (root / "meltano-pins.txt").write_text(pins)
+        for argv in (
+            [uv(), "venv", "--quiet", "--python", str(python), str(venv)],
+            [
+                uv(),
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                str(venv / "bin" / "python"),
+                "--constraint",
+                str(root / "meltano-pins.txt"),
+                f"{built_dist.wheel}[all]",
+            ],
+        ):
+            result = subprocess.run(
+                argv, env=uv_env(), capture_output=True, text=True, timeout=600, check=False
+            )
+            assert result.returncode == 0, f"{argv} failed:\n{result.stderr[-4000:]}"
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        (site / "zz-meltano.pth").write_text(f"{MELTANO_SITE}\n")
+        launcher = venv / "bin" / "meltano"
+        launcher.write_text(
+            f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom meltano.cli import main\n"
+            "sys.exit(main())\n"
+        )
+        launcher.chmod(0o755)
+        yield launcher
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class Backend:
+    """A store for the add-on: its URI for Meltano, the environment, and a client of ours."""
+
+    name: str
+    uri: str  # the store's own URI
+    env: dict[str, str]
+    open: Callable[[], BlobStore]
+
+    @property
+    def addon_uri(self) -> str:
+        return "mapper-state+" + self.uri
+
+
+@dataclass
+class AddonProject(Project):
+    """A Meltano project whose ``meltano`` is the one with the add-on."""
+
+    launcher: Path = Path()
+
+    def meltano(
+        self, *args: str, input: bytes | None = None, timeout: float = 180, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.launcher), *args],
+            cwd=self.cwd,
+            env={**self.env, **env},
+            input=input.decode() if input is not None else None,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def spawn(self, *args: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as out:
+            return subprocess.Popen(
+                [str(self.launcher), *args],
+                cwd=self.cwd,
+                env={**self.env, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def state(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return self.meltano("--log-level=warning", "state", *args, **env)
+
+    def ok(self, *args: str, **env: str) -> str:
+        result = self.state(*args, **env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        return result.stdout
+
+
+def _store_env(location: Any) -> dict[str, str]:
+    env = {k: v for k, v in location.env.items() if k != "MAPPER_STATE_STATE_BACKEND__URI"}
+    return env
+
+
+@pytest.fixture
+def file_backend(tmp_path: Path) -> Backend:
+    root = tmp_path / "store"
+    from mapper_state.stores import open_store
+
+    return Backend("file", f"file://{root}", {}, lambda: open_store(f"file://{root}"))
+
+
+def _location_backend(name: str, location: Any) -> Backend:
+    return Backend(name, location.uri, _store_env(location), location.open)
+
+
+@pytest.fixture
+def s3_backend(s3_location: Any) -> Backend:
+    return _location_backend("s3", s3_location)
+
+
+@pytest.fixture
+def rgw_backend(rgw_location: Any) -> Backend:
+    return _location_backend("rgw", rgw_location)
+
+
+@pytest.fixture
+def azure_backend(azure_location: Any) -> Backend:
+    return _location_backend("azure", azure_location)
+
+
+@pytest.fixture
+def gcs_backend(gcs_location: Any) -> Backend:
+    return _location_backend("gcs", gcs_location)
+
+
+@pytest.fixture
+def pg_backend(pg_location: Any) -> Backend:
+    from mapper_state.stores import open_store
+
+    return Backend(
+        "postgres",
+        pg_location.uri,
+        _store_env(pg_location),
+        lambda: open_store(pg_location.uri, {"postgres": pg_location.options}),
+    )
+
+
+HEAVY = ["file_backend", pytest.param("s3_backend", marks=pytest.mark.cloud)]
+OTHERS = [
+    pytest.param(name, marks=pytest.mark.cloud)
+    for name in ("rgw_backend", "azure_backend", "gcs_backend", "pg_backend")
+]
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> Backend:
+    found: Backend = request.getfixturevalue(request.param)
+    return found
+
+
+def project_for(root: Path, launcher: Path, backend: Backend, uri: str | None = None) -> AddonProject:
+    (root / "elsewhere").mkdir(parents=True)
+    doc = tools.meltano_project(root, {})
+    doc["state_backend"] = {"uri": uri or backend.addon_uri, "lock_timeout_seconds": 10}
+    (root / "meltano.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = tools.tool_env(
+        MELTANO_SEND_ANONYMOUS_USAGE_STATS="false",
+        MELTANO_CLI_DISABLE_VERSION_CHECK="true",
+        **backend.env,
+    )
+    return AddonProject(root, env, launcher=launcher)
+
+
+def singer(value: Any) -> str:
+    return json.dumps({"singer_state": value})
+
+
+def stored(backend: Backend, state_id: str) -> Any:
+    store = backend.open()
+    try:
+        return state.load(store, state_id).value
+    finally:
+        store.close()
+
+
+# -- every `meltano state` subcommand -------------------------------------------------------
+
+
+def _subcommands(project: AddonProject, backend: Backend) -> None:
+    a = {"bookmarks": {"s1": {"id": 1}}}
+    project.ok("set", "--force", "dev:a", singer(a))
+    project.ok("merge", "dev:a", singer({"bookmarks": {"s2": {"id": 2}}}))
+    both = {"bookmarks": {"s1": {"id": 1}, "s2": {"id": 2}}}
+    assert json.loads(project.ok("get", "dev:a")) == {"singer_state": both}
+    # plain mapper-state reads what the add-on wrote (the store's own URI), with its history
+    assert stored(backend, "dev:a") == both
+    store = backend.open()
+    try:
+        assert [s.value for s in history.list_snapshots(store, "dev:a")] == [a, both]
+    finally:
+        store.close()
+    editor = project.root / "editor"
+    editor.write_text("#!/bin/sh\nsed -i 's/\"id\": 2$/\"id\": 7/' \"$1\"\n")
+    editor.chmod(0o755)
+    project.ok("edit", "--force", "dev:a", EDITOR=str(editor))
+    both = {"bookmarks": {"s1": {"id": 1}, "s2": {"id": 7}}}
+    assert stored(backend, "dev:a") == both
+    project.ok("copy", "--force", "dev:a", "dev:b")
+    project.ok("move", "--force", "dev:b", "dev:c")
+    assert project.ok("list").split() == ["dev:a", "dev:c"]
+    assert project.ok("list", "--pattern", "*:c").split() == ["dev:c"]
+    exported = project.ok("export")
+    project.ok("clear", "--force", "dev:a")
+    assert stored(backend, "dev:a") is None
+    project.ok("clear", "--force", "--all")
+    assert project.ok("list").split() == []
+    dump = Path(project.root / "export.json")
+    dump.write_text(exported)
+    project.ok("import", str(dump))
+    assert project.ok("list").split() == ["dev:a", "dev:c"]
+    assert stored(backend, "dev:c") == both
+
+
+def _short_round(project: AddonProject, backend: Backend) -> None:
+    project.ok("set", "--force", "dev:a", singer({"bookmarks": {"s1": {"id": 1}}}))
+    project.ok("merge", "dev:a", singer({"bookmarks": {"s2": {"id": 2}}}))
+    assert stored(backend, "dev:a") == {"bookmarks": {"s1": {"id": 1}, "s2": {"id": 2}}}
+    assert project.ok("list").split() == ["dev:a"]
+    project.ok("clear", "--force", "dev:a")
+    assert stored(backend, "dev:a") is None
+
+
+@pytest.mark.parametrize("backend", HEAVY, indirect=True)
+def test_every_state_subcommand(tmp_path: Path, meltano_addon: Path, backend: Backend) -> None:
+    _subcommands(project_for(tmp_path / "p", meltano_addon, backend), backend)
+
+
+@pytest.mark.parametrize("backend", OTHERS, indirect=True)
+def test_state_subcommands_on_the_other_stores(
+    tmp_path: Path, meltano_addon: Path, backend: Backend
+) -> None:
+    project = project_for(tmp_path / "p", meltano_addon, backend)
+    (_subcommands if FULL else _short_round)(project, backend)
