@@ -24,8 +24,11 @@ import contextlib
 import fnmatch
 import os
 import re
+import socket
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from meltano.core.error import MeltanoError
@@ -34,11 +37,12 @@ from meltano.core.state_store.base import MeltanoState, StateStoreManager
 from mapper_state import log
 from mapper_state.config import load_settings
 from mapper_state.core import bookmarks, history, state
-from mapper_state.core.lease import Lease
+from mapper_state.core.lease import Lease, LeaseRecord, read_lease
 from mapper_state.core.state import singer_state
-from mapper_state.errors import BadInput, LeaseBusy, MapperStateError
+from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.meltano import backend_schemes
 from mapper_state.meltano.env import SOURCE
+from mapper_state.meltano.keeper import kept_for
 from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store, split_uri
 from mapper_state.stores.base import BlobStore, listing
@@ -133,6 +137,43 @@ def _errors_as_meltano() -> contextlib.AbstractContextManager[None]:
     return _Translate()
 
 
+@dataclass
+class RunLease:
+    """The lease of the ``meltano run`` this process is: its mapper's, or its keeper's.
+
+    Meltano's own state writes in that run go through under it (one lease per run) rather
+    than wait for it. They are fenced by checking that the run still holds it, then by the
+    conditional write; the holder keeps renewing it (renewing it here would make the
+    holder's next compare-and-swap fail).
+    """
+
+    store: BlobStore
+    state_id: str
+    run_id: str
+    command: str
+
+    def confirm(self) -> None:
+        holder, _ = read_lease(self.store, self.state_id)
+        if holder is None or holder.run_id != self.run_id or not holder.held:
+            raise LeaseLost(f"the lease of this run on {self.state_id} is gone; not writing")
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+def is_this_run(holder: LeaseRecord) -> bool:
+    """Is the lease held for this Meltano process: by its mapper, or by the keeper it left?"""
+    if holder.host != socket.gethostname() or not holder.held:
+        return False
+    me = os.getpid()
+    return holder.command.startswith(kept_for(me)) or _parent_of(holder.pid) == me
+
+
 class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
     """Meltano's ``StateStoreManager`` over a mapper-state store."""
 
@@ -143,7 +184,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             self.settings = resolve_settings(kwargs)
             self.store: BlobStore = open_configured_store(self.settings)
         #: The leases this process holds, and the version of each state read under them.
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, Lease | RunLease] = {}
         self._seen: dict[str, state.StateSnapshot] = {}
 
     @property
@@ -188,7 +229,12 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             state.validate_state_id(state_id)
             lease = Lease.for_settings(self.store, state_id, self.settings)
             lease.retry = retry_seconds or lease.retry
-            lease.acquire()
+            holder = lease.try_acquire()
+            if holder is not None and is_this_run(holder):
+                yield from self._under_the_run(state_id, holder)
+                return
+            if holder is not None:
+                lease.acquire()
             lease.start_heartbeat()
         self._leases[state_id] = lease
         try:
@@ -199,8 +245,16 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             with _errors_as_meltano():
                 lease.release()
 
+    def _under_the_run(self, state_id: str, holder: LeaseRecord) -> Iterator[None]:
+        self._leases[state_id] = RunLease(self.store, state_id, holder.run_id, holder.command)
+        try:
+            yield
+        finally:
+            self._leases.pop(state_id, None)
+            self._seen.pop(state_id, None)
+
     @contextlib.contextmanager
-    def _held(self, state_id: str) -> Iterator[Lease]:
+    def _held(self, state_id: str) -> Iterator[Lease | RunLease]:
         """The lease on ``state_id``: the one held, else one taken for this write alone."""
         with self.acquire_lock(state_id, retry_seconds=self.settings.lock_retry):
             yield self._leases[state_id]
@@ -211,7 +265,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         with self._held(state_id) as lease, _errors_as_meltano():
             self._write(lease, state_id, _singer_state(meltano_state))
 
-    def _write(self, lease: Lease, state_id: str, value: Any) -> None:
+    def _write(self, lease: Lease | RunLease, state_id: str, value: Any) -> None:
         prior = self._seen.get(state_id) or state.load(self.store, state_id)
         keep = int(self.settings["history_keep"])
         if prior.exists and prior.writer.run_id is None:  # written by Meltano: keep it undoable
@@ -271,8 +325,9 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
 
     def close(self) -> None:
         for lease in list(self._leases.values()):
-            with contextlib.suppress(MapperStateError):
-                lease.release()
+            if isinstance(lease, Lease):  # a run's lease is its holder's to release
+                with contextlib.suppress(MapperStateError):
+                    lease.release()
         self._leases.clear()
         self.store.close()
 

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from mapper_state.config import catalog
 from mapper_state.errors import ConfigError
+from mapper_state.meltano.backend_schemes import store_uri
 from mapper_state.settings import SettingSpec
 from mapper_state.stores import split_uri, store_types
 
@@ -110,6 +111,7 @@ def meltano_file_path(uri: str) -> str | None:
 
 def from_meltano_uri(uri: str) -> str:
     """Meltano's ``state_backend.uri`` as a mapper-state URI naming the same place."""
+    uri = store_uri(uri)  # mapper-state's own backend: mapper-state+s3://b/p is s3://b/p
     scheme = uri.partition(":")[0].lower()
     if scheme == "file":
         path = meltano_file_path(uri)

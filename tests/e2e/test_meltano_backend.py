@@ -18,8 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +31,8 @@ from mapper_state.stores.base import BlobStore
 from tests.dist import Dist, outside_checkout, uv, uv_env
 from tests.e2e import tools
 from tests.e2e.test_meltano import (
-    PIPELINE,
-    STATE_ID,
     Project,
-    add_rows,
-    bookmark,
-    delivered,
-    make_project,
 )
-from tests.helpers import clean_env
 
 pytestmark = pytest.mark.e2e
 
@@ -217,7 +208,9 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return found
 
 
-def project_for(root: Path, launcher: Path, backend: Backend, uri: str | None = None) -> AddonProject:
+def project_for(
+    root: Path, launcher: Path, backend: Backend, uri: str | None = None
+) -> AddonProject:
     (root / "elsewhere").mkdir(parents=True)
     doc = tools.meltano_project(root, {})
     doc["state_backend"] = {"uri": uri or backend.addon_uri, "lock_timeout_seconds": 10}
@@ -259,7 +252,7 @@ def _subcommands(project: AddonProject, backend: Backend) -> None:
     finally:
         store.close()
     editor = project.root / "editor"
-    editor.write_text("#!/bin/sh\nsed -i 's/\"id\": 2$/\"id\": 7/' \"$1\"\n")
+    editor.write_text('#!/bin/sh\nsed -i \'s/"id": 2$/"id": 7/\' "$1"\n')
     editor.chmod(0o755)
     project.ok("edit", "--force", "dev:a", EDITOR=str(editor))
     both = {"bookmarks": {"s1": {"id": 1}, "s2": {"id": 7}}}
