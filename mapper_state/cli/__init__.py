@@ -137,6 +137,7 @@ def main(
 def register_commands() -> None:
     """Attach the subcommands (their modules import nothing heavy at import time)."""
     from mapper_state.cli import lock as cli_lock
+    from mapper_state.cli import migrate as _  # noqa: F401 - adds `state migrate`
     from mapper_state.cli import run as cli_run
     from mapper_state.cli import state as cli_state
 
