@@ -25,6 +25,7 @@ import fnmatch
 import os
 import re
 import socket
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -98,11 +99,13 @@ def resolve_settings(kwargs: Mapping[str, Any], env: Mapping[str, str] | None = 
         flags[backend_schemes.ours(store, short)] = kwargs.get(short)
     env = {k: v for k, v in env.items() if k != "MELTANO_STATE_BACKEND_URI"}
     settings = load_settings(flags, env=env, sources=[SOURCE])
+    values = dict(settings.values)
     if settings.sources.get("state_backend.lock_wait_seconds") == "default":
-        values = dict(settings.values)
         values["state_backend.lock_wait_seconds"] = backend_schemes.DEFAULT_LOCK_WAIT_SECONDS
-        settings = Settings(values, settings.sources, settings.secret_names, settings.other_secrets)
-    return settings
+    # Meltano's default lock timeout (10 s) would leave each request a 3 s retry deadline
+    ttl = max(settings.lock_timeout, backend_schemes.MINIMUM_TTL_SECONDS)
+    values["state_backend.lock_timeout_seconds"] = ttl
+    return Settings(values, settings.sources, settings.secret_names, settings.other_secrets)
 
 
 class Refused(SystemExit):
@@ -229,12 +232,10 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             state.validate_state_id(state_id)
             lease = Lease.for_settings(self.store, state_id, self.settings)
             lease.retry = retry_seconds or lease.retry
-            holder = lease.try_acquire()
-            if holder is not None and is_this_run(holder):
+            holder = self._wait_for(lease)
+            if holder is not None:  # this run's own lease
                 yield from self._under_the_run(state_id, holder)
                 return
-            if holder is not None:
-                lease.acquire()
             lease.start_heartbeat()
         self._leases[state_id] = lease
         try:
@@ -244,6 +245,27 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             self._seen.pop(state_id, None)
             with _errors_as_meltano():
                 lease.release()
+
+    def _wait_for(self, lease: Lease) -> LeaseRecord | None:
+        """Take the lease, waiting up to ``lock_wait_seconds`` for a busy one, polling every
+        ``retry`` seconds; ``None`` once taken, or the holder's record if it is this run's.
+
+        The run's lease may be in the middle of its hand-over from the mapper to the keeper
+        (the record still names the mapper, which has exited): the next poll sees the keeper.
+        """
+        deadline = time.monotonic() + self.settings.lock_wait
+        said = False
+        while (holder := lease.try_acquire()) is not None:
+            if is_this_run(holder):
+                return holder
+            if time.monotonic() + lease.retry > deadline:
+                waited = f" after waiting {self.settings.lock_wait:g}s"
+                raise LeaseBusy(f"state ID {lease.state_id} is busy{waited}: {holder.describe()}")
+            if not said:
+                log.info(f"state ID {lease.state_id} is busy, waiting: {holder.describe()}")
+                said = True
+            time.sleep(lease.retry)
+        return None
 
     def _under_the_run(self, state_id: str, holder: LeaseRecord) -> Iterator[None]:
         self._leases[state_id] = RunLease(self.store, state_id, holder.run_id, holder.command)

@@ -31,6 +31,10 @@ MINIMUM_MELTANO = (4, 4)
 NOT_OFFERED = frozenset({"memory"})
 #: What Meltano waits for a busy lease when no bound is set (its own backends wait forever).
 DEFAULT_LOCK_WAIT_SECONDS = 300.0
+#: The shortest lease TTL the add-on uses, whatever Meltano's ``lock_timeout_seconds`` (default
+#: 10 s): the store's retries give up within a third of the TTL, and a listing of thousands of
+#: states on a busy store needs more than 3 s.
+MINIMUM_TTL_SECONDS = 30.0
 
 #: Settings of a run that apply to Meltano's writes too, declared in each scheme's namespace.
 RUN_SETTINGS_OFFERED = ("history_keep", "allow_state_reset")
