@@ -169,6 +169,12 @@ def _parent_of(pid: int) -> int | None:
     return int(stat.rpartition(")")[2].split()[1])
 
 
+def _handing_over(holder: LeaseRecord) -> bool:
+    """A holder on this host whose process is gone: a mapper handing its lease to its keeper
+    (or one that crashed, whose lease expires): nothing to tell the user yet."""
+    return holder.host == socket.gethostname() and not Path(f"/proc/{holder.pid}").exists()
+
+
 def is_this_run(holder: LeaseRecord) -> bool:
     """Is the lease held for this Meltano process: by its mapper, or by the keeper it left?"""
     if holder.host != socket.gethostname() or not holder.held:
@@ -261,7 +267,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             if time.monotonic() + lease.retry > deadline:
                 waited = f" after waiting {self.settings.lock_wait:g}s"
                 raise LeaseBusy(f"state ID {lease.state_id} is busy{waited}: {holder.describe()}")
-            if not said:
+            if not said and not _handing_over(holder):
                 log.info(f"state ID {lease.state_id} is busy, waiting: {holder.describe()}")
                 said = True
             time.sleep(lease.retry)
