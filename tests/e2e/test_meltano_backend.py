@@ -441,7 +441,8 @@ def test_two_runs_started_together_exactly_one_runs(
     tmp_path: Path, meltano_addon: Path, file_backend: Backend
 ) -> None:
     """Two projects (two machines, say) run one pipeline on a shared store: the mapper's
-    lease lets exactly one run, and the state is that run's."""
+    lease lets exactly one run at a time, so no row is loaded twice and the state is the
+    winner's."""
     data = tmp_path / "events.jsonl"
     add_rows(data, 20)
     projects = [
@@ -451,12 +452,14 @@ def test_two_runs_started_together_exactly_one_runs(
         project.ok("list")
     procs = [project.spawn("run", *PIPELINE, log=project.root / "run.log") for project in projects]
     codes = [p.wait(timeout=600) for p in procs]
-    logs = [(project.root / "run.log").read_text() for project in projects]
-    assert sorted(code == 0 for code in codes) == [False, True], logs
-    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    assert "is busy" in logs[loser], logs[loser]
-    assert delivered(projects[winner].output) == list(range(1, 21))
-    assert delivered(projects[loser].output) == []
+    logs = "".join((project.root / "run.log").read_text() for project in projects)
+    # every row loaded exactly once: the runs overlapped and one was refused at once, or
+    # (on a slow machine) the second started after the first and resumed from its state
+    rows = [row for project in projects for row in delivered(project.output)]
+    assert sorted(rows) == list(range(1, 21)), logs
+    if 0 not in codes or any(code != 0 for code in codes):
+        assert sorted(code == 0 for code in codes) == [False, True], logs
+        assert "is busy" in logs, logs
     assert stored(file_backend, STATE_ID) == bookmark(data, 20)
 
 
