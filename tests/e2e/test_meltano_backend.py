@@ -457,7 +457,7 @@ def test_two_runs_started_together_exactly_one_runs(
     # (on a slow machine) the second started after the first and resumed from its state
     rows = [row for project in projects for row in delivered(project.output)]
     assert sorted(rows) == list(range(1, 21)), logs
-    if 0 not in codes or any(code != 0 for code in codes):
+    if any(code != 0 for code in codes):
         assert sorted(code == 0 for code in codes) == [False, True], logs
         assert "is busy" in logs, logs
     assert stored(file_backend, STATE_ID) == bookmark(data, 20)
