@@ -65,6 +65,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/gen-reference.py --check
+	$(BIN)/python scripts/gen-backend-entry-points.py --check
 
 format: setup
 	$(BIN)/ruff check --fix .

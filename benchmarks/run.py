@@ -19,6 +19,8 @@ operator   ``state list/get/export`` against ``meltano state list/get`` on bucke
            many state IDs (``operator_commands.py``)
 fleet      pipelines x replicas started at once on one bucket (``fleet.py``)
 requests   requests per run on S3 against Meltano's S3 backend (``requests_per_run.py``)
+meltano-   Meltano's S3 state backend against the add-on: requests per ``state set`` and
+backend    per ``run``, ``state list`` of 5,000 IDs, the merge race (``meltano_backend.py``)
 =========  ==========================================================================
 
 Results go to ``benchmarks/results/`` (regenerated, not committed): ``<section>.json``
@@ -49,6 +51,7 @@ if __package__ in (None, ""):  # run as a script: make the package importable
 from benchmarks import (
     fleet,
     handover,
+    meltano_backend,
     operator_commands,
     pipeline,
     requests_per_run,
@@ -72,6 +75,7 @@ SECTIONS: dict[str, Measure] = {
     "operator": operator_commands.measure,
     "fleet": fleet.measure,
     "requests": requests_per_run.measure,
+    "meltano-backend": meltano_backend.measure,
 }
 HEADER = ["measure", "mapper-state", "compared with", "ratio / detail", "goal", "met"]
 README = ROOT / "README.md"

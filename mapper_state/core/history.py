@@ -29,7 +29,7 @@ from typing import Any
 from mapper_state import jsonio, log
 from mapper_state.core.lease import current_command
 from mapper_state.errors import BadInput, StateNotFound
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError, listing
 
 HISTORY_ROOT = ".mapper-state/history/"
 """Where every state ID's history lives; listing states excludes it."""
@@ -178,6 +178,25 @@ def _migrate(store: BlobStore, state_id: str, found: dict[str, str]) -> None:
             )
             return
         found[name] = snapshot_key(state_id, name)
+
+
+def migrate_legacy(store: BlobStore) -> int:
+    """Move every snapshot older versions kept in ``<state_id>/history/`` to :data:`HISTORY_ROOT`.
+
+    One listing of the store finds them all; returns how many were moved.
+    """
+    marker = f"/{LEGACY_DIR}/"
+    by_state: dict[str, dict[str, str]] = {}
+    for entry in listing(store, "", exclude=HISTORY_ROOT):
+        state_id, _, rest = entry.key.rpartition(marker)
+        name = rest.removesuffix(".json")
+        if state_id and rest.endswith(".json") and _NAME.match(name):
+            by_state.setdefault(state_id, {})[name] = entry.key
+    moved = 0
+    for state_id, found in by_state.items():
+        _migrate(store, state_id, found)
+        moved += sum(key == snapshot_key(state_id, name) for name, key in found.items())
+    return moved
 
 
 def _parse_time(text: str) -> datetime:

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from mapper_state.config import catalog
 from mapper_state.errors import ConfigError
+from mapper_state.meltano.backend_schemes import PREFIX, store_uri
 from mapper_state.redact import display_uri
 from mapper_state.settings import SettingSpec
 from mapper_state.stores import split_uri, store_types
@@ -142,8 +143,11 @@ def from_meltano_uri(uri: str) -> str:
 
     A ``file://`` URI with a host is refused: Meltano drops the host (``file://.meltano/state``
     is ``/state`` to Meltano) where mapper-state's own settings read it as a relative
-    path, so no reading of it is the place the user meant.
+    path, so no reading of it is the place the user meant. mapper-state's own backend
+    (``mapper-state+file://...``) is read as mapper-state reads it, as the add-on does.
     """
+    if uri.partition(":")[0].lower().startswith(PREFIX):
+        return store_uri(uri)  # mapper-state+s3://b/p is s3://b/p
     scheme = uri.partition(":")[0].lower()
     if scheme == "file":
         return _meltano_file_uri(uri)

@@ -36,6 +36,11 @@ from mapper_state.stores.base import BlobStore
 KEEP_LEASE_ARG = "keep-lease"
 
 
+def kept_for(parent: int) -> str:
+    """How a keeper's lease record's command begins: Meltano's state backend recognizes its run."""
+    return f"lease kept until Meltano pid {parent} exits, for: "
+
+
 def hand_over_lease(
     lease: Lease,
     settings: Settings,
@@ -186,7 +191,7 @@ def _keep_lease() -> int:
     record = replace(
         record,
         pid=os.getpid(),
-        command=f"lease kept until Meltano pid {parent} exits, for: {record.command}"[:200],
+        command=f"{kept_for(parent)}{record.command}"[:200],
     )
     try:
         with contextlib.closing(open_configured_store(settings)) as store:

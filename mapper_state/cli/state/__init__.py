@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import click
 
-from mapper_state.cli.state import backup, clear, diff, get, history, listing, transfer, write
+from mapper_state.cli.state import (
+    backup,
+    clear,
+    diff,
+    get,
+    history,
+    listing,
+    migrate,
+    transfer,
+    write,
+)
 
 
 @click.group("state")
@@ -43,5 +53,6 @@ for _command in (
     history.state_history,
     diff.state_diff,
     history.state_rollback,
+    migrate.state_migrate,
 ):
     state_group.add_command(_command)

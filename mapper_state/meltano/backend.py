@@ -1,0 +1,369 @@
+"""Meltano's state backend add-on: ``meltano run`` and ``meltano state`` write through the lease.
+
+Meltano loads :class:`MapperStateBackend` through the ``meltano.state_backends`` entry points
+(one per store, see :mod:`mapper_state.meltano.backend_schemes`) when ``state_backend.uri``
+is ``mapper-state+<store>://...``. Its methods are thin calls into the domain:
+
+- ``acquire_lock`` is the lease (atomic create, TTL, renewed by a heartbeat, released on
+  exit, the holder recorded), waiting for a busy one every ``retry_seconds`` up to
+  ``state_backend.lock_wait_seconds``, then an error naming the holder;
+- ``set`` writes under the lease, fenced: the lease is confirmed, then ``state.json`` is
+  replaced only at the version read under it; the empty-state guard applies, every write
+  has unique bytes and a history snapshot (so ``mapper-state state rollback`` undoes a bad
+  ``meltano run`` or ``meltano state clear``);
+- the layout is the one Meltano's own file, S3, GCS and Azure backends keep
+  (``<prefix>/<state_id>/state.json``), so each reads what the other wrote; their leftover
+  ``lock`` objects are neither states nor locks here.
+
+The ``meltano`` package is imported here only, and only when Meltano loads the entry point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import re
+import socket
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from meltano.core.error import MeltanoError
+from meltano.core.state_store.base import MeltanoState, StateStoreManager
+
+from mapper_state import log
+from mapper_state.config import load_settings
+from mapper_state.core import bookmarks, history, state
+from mapper_state.core.lease import Lease, LeaseRecord, read_lease
+from mapper_state.core.state import singer_state
+from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError
+from mapper_state.meltano import backend_schemes
+from mapper_state.meltano.env import SOURCE
+from mapper_state.meltano.keeper import kept_for
+from mapper_state.settings import Settings
+from mapper_state.stores import open_configured_store, split_uri
+from mapper_state.stores.base import BlobStore, listing
+
+#: What the history records as the writer of a Meltano command's state.
+NOTE = "meltano"
+
+
+class BackendError(MeltanoError):  # type: ignore[misc]
+    """A mapper-state error as Meltano shows it: one line, no traceback."""
+
+    def __init__(self, message: str, instruction: str | None = None) -> None:
+        super().__init__(message, instruction)
+
+
+def check_meltano_version(found: str | None) -> None:
+    """Refuse a Meltano older than :data:`backend_schemes.MINIMUM_MELTANO`, saying which is needed."""
+    needed = ".".join(map(str, backend_schemes.MINIMUM_MELTANO))
+    try:
+        parts = tuple(int(p) for p in (found or "0").split(".")[:2])
+    except ValueError:
+        return  # a development build: let it try
+    if parts < backend_schemes.MINIMUM_MELTANO:
+        raise BackendError(
+            f"mapper-state's state backend needs Meltano {needed} or newer (found {found})",
+            f"upgrade Meltano: pip install 'meltano>={needed}'",
+        )
+
+
+def _installed_meltano() -> str | None:
+    try:
+        return version("meltano")
+    except PackageNotFoundError:
+        return None
+
+
+def resolve_settings(kwargs: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
+    """mapper-state's settings from Meltano's keyword arguments, then ``MAPPER_STATE_*``, then
+    ``MELTANO_STATE_BACKEND_*`` (the store's own names), then the defaults; each SDK reads its
+    own environment (``AWS_*``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_*``, ``PG*``) as usual.
+    """
+    env = os.environ if env is None else env
+    uri = str(kwargs.get("uri") or "")
+    scheme = split_uri(uri)[0]
+    store = backend_schemes.schemes().get(scheme)
+    if store is None:
+        raise BackendError(f"state_backend.uri {uri} is not a mapper-state scheme")
+    flags: dict[str, Any] = {"state_backend.uri": backend_schemes.store_uri(uri)}
+    for name in ("lock_timeout_seconds", "lock_retry_seconds", "lock_wait_seconds"):
+        flags[f"state_backend.{name}"] = kwargs.get(name)
+    for spec in backend_schemes.scheme_settings(store):
+        short = spec.name.rsplit(".", 1)[1]
+        flags[backend_schemes.ours(store, short)] = kwargs.get(short)
+    env = {k: v for k, v in env.items() if k != "MELTANO_STATE_BACKEND_URI"}
+    settings = load_settings(flags, env=env, sources=[SOURCE])
+    values = dict(settings.values)
+    if settings.sources.get("state_backend.lock_wait_seconds") == "default":
+        values["state_backend.lock_wait_seconds"] = backend_schemes.DEFAULT_LOCK_WAIT_SECONDS
+    # Meltano's default lock timeout (10 s) would leave each request a 3 s retry deadline
+    ttl = max(settings.lock_timeout, backend_schemes.MINIMUM_TTL_SECONDS)
+    values["state_backend.lock_timeout_seconds"] = ttl
+    return Settings(values, settings.sources, settings.secret_names, settings.other_secrets)
+
+
+class Refused(SystemExit):
+    """A mapper-state error inside a Meltano command: one line on stderr, then the exit code.
+
+    Meltano wraps any ``Exception`` a state write raises in its own error and prints the
+    traceback; a ``SystemExit`` passes through its handlers, so the user sees the sentence.
+    """
+
+    def __init__(self, error: MapperStateError, hint: str = "") -> None:
+        log.error(error.message + (f" ({hint})" if hint else ""))
+        super().__init__(error.exit_code)
+
+
+_BUSY_HINT = (
+    "wait for it to finish, raise state_backend.lock_wait_seconds, or "
+    "`mapper-state lock break` a holder known to be dead"
+)
+
+
+class _Translate(contextlib.AbstractContextManager[None]):
+    """Turn mapper-state's errors into a clean exit with one line."""
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, LeaseBusy):
+            raise Refused(exc, _BUSY_HINT) from None
+        if isinstance(exc, MapperStateError):
+            raise Refused(exc) from None
+
+
+def _errors_as_meltano() -> contextlib.AbstractContextManager[None]:
+    return _Translate()
+
+
+@dataclass
+class RunLease:
+    """The lease of the ``meltano run`` this process is: its mapper's, or its keeper's.
+
+    Meltano's own state writes in that run go through under it (one lease per run) rather
+    than wait for it. They are fenced by checking that the run still holds it, then by the
+    conditional write; the holder keeps renewing it (renewing it here would make the
+    holder's next compare-and-swap fail).
+    """
+
+    store: BlobStore
+    state_id: str
+    run_id: str
+    command: str
+
+    def confirm(self) -> None:
+        holder, _ = read_lease(self.store, self.state_id)
+        if holder is None or holder.run_id != self.run_id or not holder.held:
+            raise LeaseLost(f"the lease of this run on {self.state_id} is gone; not writing")
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+def _handing_over(holder: LeaseRecord) -> bool:
+    """A holder on this host whose process is gone: a mapper handing its lease to its keeper
+    (or one that crashed, whose lease expires): nothing to tell the user yet."""
+    return holder.host == socket.gethostname() and not Path(f"/proc/{holder.pid}").exists()
+
+
+def is_this_run(holder: LeaseRecord) -> bool:
+    """Is the lease held for this Meltano process: by its mapper, or by the keeper it left?"""
+    if holder.host != socket.gethostname() or not holder.held:
+        return False
+    me = os.getpid()
+    return holder.command.startswith(kept_for(me)) or _parent_of(holder.pid) == me
+
+
+class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
+    """Meltano's ``StateStoreManager`` over a mapper-state store."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        check_meltano_version(_installed_meltano())
+        super().__init__(**kwargs)
+        with _errors_as_meltano():
+            self.settings = resolve_settings(kwargs)
+            self.store: BlobStore = open_configured_store(self.settings)
+        #: The leases this process holds, and the version of each state read under them.
+        self._leases: dict[str, Lease | RunLease] = {}
+        self._seen: dict[str, state.StateSnapshot] = {}
+
+    @property
+    def label(self) -> str:
+        return f"mapper-state {self.store.display_uri}"
+
+    # -- reading -----------------------------------------------------------------------
+    def get(self, state_id: str) -> MeltanoState | None:
+        with _errors_as_meltano():
+            snapshot = state.load(self.store, state_id)
+        if state_id in self._leases:
+            self._seen[state_id] = snapshot
+        if not snapshot.exists:
+            return None
+        return MeltanoState(
+            state_id=state_id,
+            completed_state={"singer_state": snapshot.value},
+            partial_state={},
+        )
+
+    def get_state_ids(self, pattern: str | None = None) -> Iterable[str]:
+        """One listing of the store (the history's prefix skipped), whatever the pattern."""
+        prefix = re.split(r"[*?\[]", pattern, maxsplit=1)[0] if pattern else ""
+        suffix = "/" + state.STATE_FILE
+        with _errors_as_meltano():
+            keys = [e.key for e in listing(self.store, prefix, exclude=history.HISTORY_ROOT)]
+        found = (key.removesuffix(suffix) for key in keys if key.endswith(suffix))
+        return sorted(
+            i
+            for i in found
+            if not i.startswith(state.RESERVED_PREFIX)
+            and (not pattern or fnmatch.fnmatchcase(i, pattern))
+        )
+
+    # -- the lease -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def acquire_lock(self, state_id: str, *, retry_seconds: float) -> Iterator[None]:
+        if state_id in self._leases:  # already ours (a write inside Meltano's own lock)
+            yield
+            return
+        with _errors_as_meltano():
+            state.validate_state_id(state_id)
+            lease = Lease.for_settings(self.store, state_id, self.settings)
+            lease.retry = retry_seconds or lease.retry
+            holder = self._wait_for(lease)
+            if holder is not None:  # this run's own lease
+                yield from self._under_the_run(state_id, holder)
+                return
+            lease.start_heartbeat()
+        self._leases[state_id] = lease
+        try:
+            yield
+        finally:
+            self._leases.pop(state_id, None)
+            self._seen.pop(state_id, None)
+            with _errors_as_meltano():
+                lease.release()
+
+    def _wait_for(self, lease: Lease) -> LeaseRecord | None:
+        """Take the lease, waiting up to ``lock_wait_seconds`` for a busy one, polling every
+        ``retry`` seconds; ``None`` once taken, or the holder's record if it is this run's.
+
+        The run's lease may be in the middle of its hand-over from the mapper to the keeper
+        (the record still names the mapper, which has exited): the next poll sees the keeper.
+        """
+        deadline = time.monotonic() + self.settings.lock_wait
+        said = False
+        while (holder := lease.try_acquire()) is not None:
+            if is_this_run(holder):
+                return holder
+            if time.monotonic() + lease.retry > deadline:
+                waited = f" after waiting {self.settings.lock_wait:g}s"
+                raise LeaseBusy(f"state ID {lease.state_id} is busy{waited}: {holder.describe()}")
+            if not said and not _handing_over(holder):
+                log.info(f"state ID {lease.state_id} is busy, waiting: {holder.describe()}")
+                said = True
+            time.sleep(lease.retry)
+        return None
+
+    def _under_the_run(self, state_id: str, holder: LeaseRecord) -> Iterator[None]:
+        self._leases[state_id] = RunLease(self.store, state_id, holder.run_id, holder.command)
+        try:
+            yield
+        finally:
+            self._leases.pop(state_id, None)
+            self._seen.pop(state_id, None)
+
+    @contextlib.contextmanager
+    def _held(self, state_id: str) -> Iterator[Lease | RunLease]:
+        """The lease on ``state_id``: the one held, else one taken for this write alone."""
+        with self.acquire_lock(state_id, retry_seconds=self.settings.lock_retry):
+            yield self._leases[state_id]
+
+    # -- writing -------------------------------------------------------------------------
+    def set(self, meltano_state: MeltanoState) -> None:
+        state_id = meltano_state.state_id
+        with self._held(state_id) as lease, _errors_as_meltano():
+            self._write(lease, state_id, _singer_state(meltano_state))
+
+    def _write(self, lease: Lease | RunLease, state_id: str, value: Any) -> None:
+        prior = self._seen.get(state_id) or state.load(self.store, state_id)
+        keep = int(self.settings["history_keep"])
+        if prior.exists and prior.writer.run_id is None:  # written by Meltano: keep it undoable
+            history.record_if_missing(self.store, state_id, prior.value, keep=keep)
+        verdict = bookmarks.guard(
+            prior.value,
+            value,
+            state_id=state_id,
+            allow_reset=bool(self.settings[bookmarks.RESET_SETTING]),
+        )
+        if verdict.refused:
+            reason = verdict.warning or f"refused to replace the bookmarks of {state_id}"
+            raise BadInput(
+                f"{reason} (set allow_state_reset, or `meltano state clear` the state first)"
+            )
+        if verdict.warning:
+            log.warning(verdict.warning)
+        lease.confirm()  # fencing: the lease is still ours...
+        new_version = state.save(  # ...and the state is still the one read under it
+            self.store,
+            state_id,
+            verdict.value,
+            prior.version,
+            serial=prior.next_serial,
+            run_id=lease.run_id,
+        )
+        self._seen[state_id] = state.StateSnapshot(
+            state_id, verdict.value, new_version, state.Writer(prior.next_serial, lease.run_id)
+        )
+        history.record(
+            self.store,
+            state_id,
+            verdict.value,
+            run_id=lease.run_id,
+            keep=keep,
+            note=NOTE,
+            command=lease.command,
+        )
+
+    def delete(self, state_id: str) -> None:
+        with self._held(state_id) as lease, _errors_as_meltano():
+            prior = self._seen.get(state_id) or state.load(self.store, state_id)
+            if not prior.exists:
+                return
+            keep = int(self.settings["history_keep"])
+            history.record_if_missing(self.store, state_id, prior.value, keep=keep)
+            lease.confirm()
+            self.store.delete(state.state_key(state_id), if_version=prior.version)
+            self._seen.pop(state_id, None)
+
+    def migrate(self) -> None:
+        """Move what older mapper-state versions left (``<id>/history/``) to today's layout."""
+        with _errors_as_meltano():
+            moved = history.migrate_legacy(self.store)
+        if moved:
+            log.info(f"moved {moved} history snapshots to {history.HISTORY_ROOT}")
+
+    def close(self) -> None:
+        for lease in list(self._leases.values()):
+            if isinstance(lease, Lease):  # a run's lease is its holder's to release
+                with contextlib.suppress(MapperStateError):
+                    lease.release()
+        self._leases.clear()
+        self.store.close()
+
+
+def _singer_state(meltano_state: MeltanoState) -> Any:
+    """The Singer state a Meltano state holds: its partial state merged over the completed one."""
+    doc = {
+        "completed": meltano_state.completed_state or {},
+        "partial": meltano_state.partial_state or {},
+    }
+    return singer_state(doc)
