@@ -12,18 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
+from tests.support.processes import MAPPER, clean_env, wait_until
 
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment without any mapper-state or Meltano settings."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MAPPER_STATE_", "MELTANO_", "AWS_", "AZURE_", "GOOGLE_"))
-    }
-    env.update(extra)
-    return env
+__all__ = ["MAPPER", "clean_env", "wait_until"]  # moved to tests.support; imported from here too
 
 
 def run_cli(
@@ -98,14 +89,6 @@ def in_terminal(store: Path, *args: str, answer: bytes) -> subprocess.CompletedP
     finally:
         os.close(master)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def wait_until(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
-    """Poll ``condition`` until it holds; fail the test saying ``what`` did not happen."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting: {what}"
-        time.sleep(0.02)
 
 
 def wait_for_lease(store: Path, state_id: str, timeout: float = 10) -> dict[str, Any]:

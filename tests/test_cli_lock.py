@@ -15,7 +15,7 @@ from mapper_state.core.lease import LEASE_FILE, Lease, read_lease
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.file import FileStore
 from tests.helpers import in_terminal
-from tests.helpers import on_store as mapper
+from tests.support.cli import invoke_on_store as mapper
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from mapper_state.ops import commands as ops
 from mapper_state.stores.file import FileStore
 from tests.helpers import MAPPER, in_terminal
 from tests.helpers import clean_env as env
-from tests.helpers import on_store as mapper
+from tests.support.cli import invoke_on_store as mapper
 
 REPO = Path(__file__).resolve().parents[1]
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
