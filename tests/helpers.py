@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.cli import invoke
 from tests.support.processes import MAPPER, clean_env, wait_until
 
 __all__ = ["MAPPER", "clean_env", "wait_until"]  # moved to tests.support; imported from here too
@@ -152,6 +153,10 @@ def race_for_one_lease(
         assert codes == [0] + [3] * (processes - 1), (round_, codes)
 
 
+#: Subcommands that pump no stream and start no child: run in-process by :class:`StoreCli`.
+IN_PROCESS_COMMANDS = frozenset({"state", "lock", "doctor"})
+
+
 class StoreCli:
     """Runs ``mapper-state`` against one store: a local directory, or a cloud emulator's
     location (a ``tests.servers.StoreLocation``), with that store's settings."""
@@ -172,7 +177,9 @@ class StoreCli:
     def __call__(
         self, *args: str, input: bytes = b"", **env: str
     ) -> subprocess.CompletedProcess[bytes]:
-        return run_cli(*args, input=input, cwd=self.cwd, env=clean_env(**self.env, **env))
+        """The operator commands run in-process; the filter and ``run`` in a real process."""
+        runner = invoke if args and args[0] in IN_PROCESS_COMMANDS else run_cli
+        return runner(*args, input=input, cwd=self.cwd, env=clean_env(**self.env, **env))
 
     def get(self, state_id: str, *args: str) -> Any:
         """``state get ID --format json``: the stored Singer state, or None when there is none."""

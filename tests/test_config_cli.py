@@ -1,4 +1,8 @@
-"""Settings and user errors: one line naming the problem, before anything is read or written."""
+"""Settings and user errors: one line naming the problem, before anything is read or written.
+
+Errors of a subcommand or of reading the settings run in-process (:func:`tests.support.cli.invoke`);
+the filter (it validates and pumps file descriptors 0 and 1) runs as a real process.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import clean_env, run_cli, state_line, stored_state
+from tests.support.cli import invoke
 
 
 def assert_one_line_error(result, code: int, *needles: str) -> None:  # type: ignore[no-untyped-def]
@@ -55,29 +60,29 @@ def test_meltano_style_ids_are_valid(tmp_path: Path) -> None:
 
 
 def test_bad_setting_values_name_the_setting(tmp_path: Path) -> None:
-    result = run_cli(
+    result = invoke(
         "--state-id", "x", "--set", "state_backend.lock_timeout_seconds=soon", cwd=tmp_path
     )
     assert_one_line_error(result, 2, "state_backend.lock_timeout_seconds", "number")
     env = clean_env(MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS="-1")
-    result = run_cli("--state-id", "x", cwd=tmp_path, env=env)
+    result = invoke("--state-id", "x", cwd=tmp_path, env=env)
     assert_one_line_error(
         result, 2, "checkpoint_interval_seconds", "MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS"
     )
-    result = run_cli("--state-id", "x", "--set", "no_such_setting=1", cwd=tmp_path)
+    result = invoke("--state-id", "x", "--set", "no_such_setting=1", cwd=tmp_path)
     assert_one_line_error(result, 2, "unknown setting no_such_setting")
 
 
 def test_unreadable_and_invalid_config_files(tmp_path: Path) -> None:
     assert_one_line_error(
-        run_cli("--config", "missing.json", cwd=tmp_path), 2, "missing.json", "does not exist"
+        invoke("--config", "missing.json", cwd=tmp_path), 2, "missing.json", "does not exist"
     )
     (tmp_path / "bad.json").write_text("{nope")
-    assert_one_line_error(run_cli("--config", "bad.json", cwd=tmp_path), 2, "not valid JSON")
+    assert_one_line_error(invoke("--config", "bad.json", cwd=tmp_path), 2, "not valid JSON")
     (tmp_path / "list.json").write_text("[1]")
-    assert_one_line_error(run_cli("--config", "list.json", cwd=tmp_path), 2, "JSON object")
+    assert_one_line_error(invoke("--config", "list.json", cwd=tmp_path), 2, "JSON object")
     (tmp_path / "typo.json").write_text('{"state_backend": {"urii": "file:///x"}}')
-    assert_one_line_error(run_cli("--config", "typo.json", cwd=tmp_path), 2, "state_backend.urii")
+    assert_one_line_error(invoke("--config", "typo.json", cwd=tmp_path), 2, "state_backend.urii")
     assert not (tmp_path / ".mapper-state").exists()
 
 
@@ -157,21 +162,21 @@ def test_secrets_never_appear(tmp_path: Path) -> None:
     assert result.returncode == 2
     out = result.stdout + result.stderr
     assert secret.encode() not in out and b"hunter2pass" not in out
-    about = run_cli("--about", "--format", "json", "--config", "c.json", cwd=tmp_path)
+    about = invoke("--about", "--format", "json", "--config", "c.json", cwd=tmp_path)
     assert secret.encode() not in about.stdout + about.stderr
 
 
 def test_version_and_about(tmp_path: Path) -> None:
-    version = run_cli("--version")
+    version = invoke("--version")
     assert version.returncode == 0 and version.stdout.startswith(b"mapper-state ")
-    about = json.loads(run_cli("--about", "--format", "json").stdout)
+    about = json.loads(invoke("--about", "--format", "json").stdout)
     assert about["name"] == "mapper-state"
     props = about["settings"]["properties"]
     assert props["state_backend"]["properties"]["uri"]["default"] == "file://.mapper-state"
     assert props["state_backend"]["properties"]["s3"]["properties"]["aws_secret_access_key"][
         "secret"
     ]
-    markdown = run_cli("--about", "--format", "markdown").stdout.decode()
+    markdown = invoke("--about", "--format", "markdown").stdout.decode()
     assert "state_backend.lock_timeout_seconds" in markdown
-    text = run_cli("--about").stdout.decode()
+    text = invoke("--about").stdout.decode()
     assert "MAPPER_STATE_STATE_BACKEND__URI" in text

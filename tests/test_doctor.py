@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +20,8 @@ from mapper_state.stores import open_store
 from mapper_state.stores.base import Blob, StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
+from tests.support.cli import invoke
 
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
 CHECKS = [
     "reachable",
@@ -39,9 +38,7 @@ CHECKS = [
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [MAPPER, "doctor", *args], capture_output=True, env=ENV, timeout=60, check=False
-    )
+    return invoke("doctor", *args, env=ENV)
 
 
 def files_under(root: Path) -> list[str]:
@@ -188,13 +185,7 @@ def test_doctor_on_real_servers(
     location: str, verdict: str, code: int, request: pytest.FixtureRequest
 ) -> None:
     where = request.getfixturevalue(location)
-    result = subprocess.run(
-        [MAPPER, "doctor", "--format", "json"],
-        capture_output=True,
-        env={**ENV, **where.env},
-        timeout=120,
-        check=False,
-    )
+    result = invoke("doctor", "--format", "json", env={**ENV, **where.env})
     assert result.returncode == code, result.stderr
     report = json.loads(result.stdout)
     assert report["verdict"] == verdict, [c for c in report["checks"] if c["status"] != "ok"]

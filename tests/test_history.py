@@ -17,8 +17,8 @@ from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
 from tests.conftest import ON_BOTH
 from tests.helpers import StoreCli, count_pages
-from tests.support.cli import invoke_on_store as mapper
 from tests.servers import StoreLocation
+from tests.support.cli import invoke_on_store as mapper
 
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state
+from tests.support.cli import invoke
 
 REPO = Path(__file__).resolve().parent.parent
 MELTANO_ID = "dev:tap-sample-to-target-jsonl"
@@ -44,7 +45,7 @@ def _mapper_plugin() -> dict[str, Any]:
 
 def _about_settings() -> dict[str, dict[str, Any]]:
     """`mapper-state --about --format json`'s settings schema, by dotted name."""
-    result = run_cli("--about", "--format", "json")
+    result = invoke("--about", "--format", "json")
     assert result.returncode == 0, result.stderr
     found: dict[str, dict[str, Any]] = {}
 
@@ -250,7 +251,7 @@ def test_meltanos_backend_is_read_where_meltano_reads_it(
     assert stored_state(store, "events-copy") == BOOKMARK
     wait_until_free(store, "events-copy")
     # and `state get` in the same environment and directory reads the same place
-    got = run_cli("state", "get", "events-copy", cwd=project / "transform" / "deep", env=env)
+    got = invoke("state", "get", "events-copy", cwd=project / "transform" / "deep", env=env)
     assert json.loads(got.stdout) == BOOKMARK, got.stderr
 
 
@@ -273,7 +274,7 @@ def test_a_relative_meltano_file_uri_is_refused(project: Path, uri: str) -> None
 def test_a_file_uri_with_a_relative_host_means_the_root_as_for_meltano(project: Path) -> None:
     # `file://.meltano/state` is `/state` to Meltano (".meltano" parses as a host name)
     env = meltano_env(project, "file://.meltano/state")
-    result = run_cli("state", "list", cwd=project, env=env)
+    result = invoke("state", "list", cwd=project, env=env)
     assert result.returncode == 0, result.stderr
     assert b"file:///state" in result.stderr
 
@@ -399,7 +400,7 @@ def test_the_lease_is_kept_until_meltano_has_exited(project: Path) -> None:
     assert first.mapper_exit_code() == 0
     assert first.stdout == STREAM
     # the mapper has exited; its parent (Meltano) has not, so the lease is still held
-    status = run_cli("lock", "status", MELTANO_ID, "--format", "json", env=env, cwd=project)
+    status = invoke("lock", "status", MELTANO_ID, "--format", "json", env=env, cwd=project)
     held = json.loads(status.stdout)
     assert held["status"] == "held", held
     assert f"until Meltano pid {first.parent.pid} exits" in held["holder"]["command"]
