@@ -30,7 +30,7 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.processes import free_port, killed_if_we_die
 
 PG_MAJOR_PREFERRED = "15"
 SERVICE_USER_FALLBACK = "mapper-state-pg"
@@ -281,12 +283,6 @@ def _run(cmd: list[str], os_user: str | None, cwd: Path, timeout: float = 60) ->
     return proc.stdout
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _tmp_base(os_user: str | None) -> str | None:
     """A temp parent the service user can traverse (pytest's own tmp dirs are 0700)."""
     base = tempfile.gettempdir()
@@ -336,7 +332,7 @@ def running_postgres(dbname: str = "e2e") -> Iterator[PostgresServer]:
         pwfile.unlink()
         last_error: Exception | None = None
         for _attempt in range(3):  # the free port can be taken between probe and bind
-            port = _free_port()
+            port = free_port()
             opts = (
                 f"-h 127.0.0.1 -p {port} -k {socket_dir} -F "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
@@ -380,8 +376,10 @@ def running_postgres(dbname: str = "e2e") -> Iterator[PostgresServer]:
             log_file=log_file,
             os_user=os_user,
         )
-        server.create_database(dbname)
-        yield server
+        # pg_ctl detaches the server: a watchdog stops it (immediate shutdown) if we die
+        with killed_if_we_die(data_dir / "postmaster.pid", signal.SIGQUIT):
+            server.create_database(dbname)
+            yield server
     finally:
         if started:
             with contextlib.suppress(Exception):

@@ -38,12 +38,10 @@ A missing binary fails the test with the command that installs it (no skip).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -57,6 +55,7 @@ from typing import NoReturn
 import pytest
 
 from tests.servers import Emulator, StoreLocation, free_port
+from tests.support.processes import popen
 
 INSTALL_CEPH = "scripts/install-system.sh (apt-get install radosgw ceph-mon ceph-osd ceph-common)"
 CEPH_BINARIES = ("monmaptool", "ceph-mon", "ceph-osd", "ceph", "radosgw", "radosgw-admin")
@@ -80,18 +79,6 @@ SETUP_TRIES = 3  # runs of the monitor commands while the monitor refuses one ("
 STOP_SECONDS = 5  # grace after SIGTERM before SIGKILL, per daemon
 MEMSTORE_BYTES = 1 << 30  # the OSD's capacity; memory is used only for what is stored
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_PR_SET_PDEATHSIG = 1
-# Looked up before any fork: the function runs in the child between fork and exec.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
-
-
-def _die_with_parent() -> None:
-    """In a daemon about to start: be killed if the test process dies (Linux).
-
-    A test run that is killed (SIGKILL, a CI timeout) cannot stop the daemons itself.
-    """
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -288,15 +275,13 @@ rgw_data = {root}/rgw
     def _spawn(self, name: str, args: Sequence[str]) -> None:
         """Start a daemon in the foreground of its own process group."""
         with open(self.logs / f"{name}.out", "wb") as out:
-            self.daemons[name] = subprocess.Popen(
+            self.daemons[name] = popen(
                 [args[0], "-c", str(self.conf), *args[1:]],
-                stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.root,
                 env=self.env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
 
     def _wait_http(self, deadline: float) -> None:

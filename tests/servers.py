@@ -40,6 +40,7 @@ import pytest
 
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
+from tests.support.processes import free_port, popen, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
@@ -115,12 +116,6 @@ class StoreLocation:
 # -- helpers -----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, log: Path | None, what: str) -> None:
     """Wait until ``url`` answers any HTTP response; fail with the server's log if it dies."""
     deadline = time.monotonic() + STARTUP_SECONDS
@@ -144,17 +139,12 @@ def _process(args: list[str], url: str, what: str) -> Iterator[None]:
     with tempfile.TemporaryDirectory(prefix="mapper-state-emulator-") as tmp:
         log = Path(tmp) / "server.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+            proc = popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
         try:
             _wait_http(url, proc, log, what)
             yield
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def _unique(prefix: str) -> str:
@@ -205,7 +195,7 @@ def moto_auth_server() -> Iterator[Emulator]:
         log = Path(tmp) / "server.log"
         with open(log, "wb") as out:
             args = [binary, "-H", "127.0.0.1", "-p", str(port)]
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             _wait_socket(port, proc, log)
             import boto3
@@ -233,8 +223,7 @@ def moto_auth_server() -> Iterator[Emulator]:
             }
             yield Emulator("moto (signatures checked)", "s3", "s3", endpoint, options)
         finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+            stop(proc)
 
 
 def _wait_socket(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:

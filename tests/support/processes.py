@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -127,3 +127,39 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+_WATCHDOG = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+pidfile, sig = sys.argv[1], int(sys.argv[2])
+if sys.stdin.buffer.read() == b"":  # end of file without a word: whoever started us died
+    try:
+        with open(pidfile) as f:
+            os.kill(int(f.readline()), sig)
+    except (OSError, ValueError):
+        pass
+"""
+
+
+@contextlib.contextmanager
+def killed_if_we_die(pidfile: Path, sig: int = signal.SIGKILL) -> Iterator[None]:
+    """For a daemon that detaches (``pg_ctl start``): if this process dies inside the block,
+    a watchdog sends ``sig`` to the process whose ID is the first line of ``pidfile``.
+
+    The watchdog waits for the end of a pipe only this process writes to; leaving the block
+    says so on the pipe, and the watchdog exits without a signal. It runs in a session of its
+    own, so a signal to the test run's process group does not stop it before it acts.
+    """
+    dog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(pidfile), str(int(sig))],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert dog.stdin is not None
+    try:
+        yield
+    finally:
+        dog.stdin.write(b"done")
+        dog.stdin.close()
+        dog.wait()
