@@ -352,10 +352,16 @@ def test_a_seed_gives_the_same_faults_in_the_same_order(moto_server: Emulator, b
 
 
 def test_bad_faults_are_refused_by_the_helper(proxy: FaultProxy) -> None:
-    for bad in ({"error": 1.5}, {"error": 0.6, "reset": 0.6}, {"errors": 1.0}, {"methods": "GET"}):
-        with pytest.raises(ValueError):
+    refused = [
+        ({"error": 1.5}, "a rate is a number in"),
+        ({"error": 0.6, "reset": 0.6}, "add up to more than 1"),
+        ({"errors": 1.0}, "unknown key"),
+        ({"methods": "GET"}, "a list of HTTP methods"),
+    ]
+    for bad, why in refused:
+        with pytest.raises(ValueError, match=why):
             proxy.set_faults(**bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a number of seconds >= 0"):
         FaultProxy("http://127.0.0.1:1", faults={"delay_seconds": -1})
 
 

@@ -77,7 +77,8 @@ def test_replace_if_match_refuses_a_missing_key(rgw_location: StoreLocation) -> 
 
 def test_replace_if_match_accepts_only_the_unquoted_etag(rgw_location: StoreLocation) -> None:
     etag = put(rgw_location, b"first")
-    assert etag.startswith('"') and etag.endswith('"')  # as S3 returns it
+    assert etag.startswith('"')
+    assert etag.endswith('"')  # as S3 returns it
     with pytest.raises(ClientError) as refused:
         put(rgw_location, b"second", IfMatch=etag)  # AWS S3 and moto accept this
     assert status(refused) == 412

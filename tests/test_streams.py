@@ -85,11 +85,14 @@ def test_unknown_streams_change_nothing(store_cli: StoreCli) -> None:
         )
     assert cli.get("job") == CLASSIC_STATE
     missing = cli("state", "clear", "missing", "--stream", "s")
-    assert missing.returncode == 10 and b"missing not found" in missing.stderr
+    assert missing.returncode == 10
+    assert b"missing not found" in missing.stderr
     bad = cli("state", "set", "job", "--stream", "s", "not json")
-    assert bad.returncode == 6 and b"nothing was changed" in bad.stderr
+    assert bad.returncode == 6
+    assert b"nothing was changed" in bad.stderr
     null = cli("state", "set", "job", "--stream", "s", "null")
-    assert null.returncode == 6 and b"state clear job --stream s" in null.stderr
+    assert null.returncode == 6
+    assert b"state clear job --stream s" in null.stderr
     assert cli("state", "clear", "--all", "--stream", "s").returncode == 2
     assert cli.get("job") == CLASSIC_STATE
 

@@ -272,7 +272,8 @@ def test_the_history_survives_meltano_state_clear(tmp_path: Path) -> None:
     history = mapper_state("state", "history", STATE_ID, "--format", "json", env=ours)
     snaps = json.loads(history.stdout)
     assert [s["singer_state"] for s in snaps] == [bookmark(data, 6), bookmark(data, 1)]
-    assert snaps[0]["written_by"] == "meltano run" and snaps[0]["current"]
+    assert snaps[0]["written_by"] == "meltano run"
+    assert snaps[0]["current"]
 
     cleared = project.meltano("state", "clear", "--force", STATE_ID)
     assert cleared.returncode == 0, cleared.stderr
