@@ -36,11 +36,14 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.support.processes import free_port, killed_if_we_die
+
+if TYPE_CHECKING:
+    import psycopg
 
 PG_MAJOR_PREFERRED = "15"
 SERVICE_USER_FALLBACK = "mapper-state-pg"
@@ -95,7 +98,7 @@ class PostgresServer:
 
     # -- SQL helpers -------------------------------------------------------------------
 
-    def connect(self, dbname: str | None = None):  # -> psycopg.Connection
+    def connect(self, dbname: str | None = None) -> psycopg.Connection[tuple[Any, ...]]:
         import psycopg
 
         return psycopg.connect(**self.conninfo(dbname), autocommit=True, connect_timeout=10)
@@ -110,7 +113,7 @@ class PostgresServer:
     ) -> list[tuple[Any, ...]]:
         """Run a query and return all its rows."""
         with self.connect() as conn:
-            return conn.execute(sql, params).fetchall()
+            return list(conn.execute(sql, params).fetchall())
 
     def psql(
         self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
@@ -280,7 +283,7 @@ def _run(cmd: list[str], os_user: str | None, cwd: Path, timeout: float = 60) ->
             f"{Path(cmd[0]).name} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
             f"{proc.stdout}{proc.stderr}"
         )
-    return proc.stdout
+    return str(proc.stdout)
 
 
 def _tmp_base(os_user: str | None) -> str | None:

@@ -40,7 +40,8 @@ import pytest
 
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
-from tests.support.processes import free_port, popen, stop
+from tests.support.processes import free_port as free_port  # re-exported: tests import it from here
+from tests.support.processes import popen, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from tests.support.cli import invoke_on_store as mapper
 
 
 @pytest.fixture
-def holder(tmp_path: Path):
+def holder(tmp_path: Path) -> Iterator[Lease]:
     lease = Lease(FileStore(tmp_path), "dev:tap-a-to-target-b", ttl=60, run_id="nightly-7")
     lease.acquire()
     yield lease

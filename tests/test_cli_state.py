@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
 STATE = {"bookmarks": {"users": {"replication_key_value": "2024-01-01"}, "orders": {"id": 7}}}
 
 
-def stored(store: Path, state_id: str) -> dict | None:
+def stored(store: Path, state_id: str) -> Any:
     """Meltano's part of the stored document (without mapper-state's writer record)."""
     path = store / state_id / "state.json"
     if not path.exists():

@@ -352,7 +352,7 @@ def test_a_seed_gives_the_same_faults_in_the_same_order(moto_server: Emulator, b
 
 
 def test_bad_faults_are_refused_by_the_helper(proxy: FaultProxy) -> None:
-    refused = [
+    refused: list[tuple[dict[str, Any], str]] = [
         ({"error": 1.5}, "a rate is a number in"),
         ({"error": 0.6, "reset": 0.6}, "add up to more than 1"),
         ({"errors": 1.0}, "unknown key"),

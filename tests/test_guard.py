@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,11 @@ PRIOR = {"bookmarks": {"users": {"replication_key_value": "2024-05-01"}, "orders
 REFUSED = "not committing a state without bookmarks over the state of job"
 
 
-def run_pipeline(cli: StoreCli, tmp_path: Path, *extra: str, **env: str):  # type: ignore[no-untyped-def]
-    return cli(
+def run_pipeline(
+    cli: StoreCli, tmp_path: Path, *extra: str, **env: str
+) -> subprocess.CompletedProcess[bytes]:
+    run: Callable[..., subprocess.CompletedProcess[bytes]] = cli  # ``**env`` holds only settings
+    return run(
         "run",
         "--state-id",
         "job",

@@ -6,6 +6,7 @@ import json
 import shutil
 import socket
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -23,7 +24,7 @@ from tests.support.cli import invoke_on_store as mapper
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
 
 
-def bookmarks(**streams: int) -> dict:
+def bookmarks(**streams: int) -> dict[str, Any]:
     return {"bookmarks": {name: {"replication_key_value": v} for name, v in streams.items()}}
 
 
@@ -196,7 +197,7 @@ class HistoryRefused(MemoryStore):
         return super().create(key, data)
 
 
-def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFixture) -> None:
+def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFixture[str]) -> None:
     store = HistoryRefused()
     state.save(store, "job", {"a": 1}, None)  # no snapshot holds it yet
     with pytest.raises(StoreError, match="nothing was changed"):
@@ -248,7 +249,9 @@ def test_history_in_the_old_place_is_read_and_moved_on_the_next_write() -> None:
     snaps = history.list_snapshots(store, "job")
     assert snaps[0].name == old_name
     assert len(snaps) == 2
-    assert history.read_snapshot(store, "job", old_name).value == bookmarks(users=0)
+    old = history.read_snapshot(store, "job", old_name)
+    assert old is not None
+    assert old.value == bookmarks(users=0)
 
     ops.set_state(store, "job", bookmarks(users=2), GUARD)  # the next write moves it
     assert not [k for k in store.list("job/") if "/history/" in k]

@@ -35,7 +35,8 @@ MELTANO_KIND = {"string": "string", "number": "decimal", "integer": "integer", "
 
 
 def _meltano_yml() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "meltano.yml").read_text())
+    project: dict[str, Any] = yaml.safe_load((REPO / "meltano.yml").read_text())
+    return project
 
 
 def _mapper_plugin() -> dict[str, Any]:

@@ -108,12 +108,11 @@ def test_metrics_are_written_at_each_commit_while_running(tmp_path: Path) -> Non
         for n in (1, 2):
             proc.stdin.write(state_line({"bookmarks": {"s": n}}))
             proc.stdin.flush()
-            wait_until(
-                lambda n=n: (
-                    metrics.exists() and values(metrics).get("mapper_state_commits_total") == n
-                ),
-                f"commit {n} in the metrics file",
-            )
+
+            def committed(n: int = n) -> bool:
+                return metrics.exists() and values(metrics).get("mapper_state_commits_total") == n
+
+            wait_until(committed, f"commit {n} in the metrics file")
             assert values(metrics)["mapper_state_running"] == 1
             assert "mapper_state_exit_code" not in values(metrics)
     finally:

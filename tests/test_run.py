@@ -6,6 +6,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,8 +50,9 @@ def run(tmp_path: Path, *extra: str, **env: str):  # type: ignore[no-untyped-def
     )
 
 
-def tap_report(tmp_path: Path) -> dict:
-    return json.loads((tmp_path / "tap.json").read_text())
+def tap_report(tmp_path: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((tmp_path / "tap.json").read_text())
+    return report
 
 
 def test_incremental_runs_hand_the_tap_its_state(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from tests.conftest import ON_BOTH
 from tests.helpers import TINY_TAP, StoreCli, state_line, tiny_target
 
 # singer-sdk's shapes: a plain bookmark, one with partitions, one still in progress
-SDK_STATE = {
+SDK_STATE: dict[str, Any] = {
     "bookmarks": {
         "users": {"replication_key": "updated_at", "replication_key_value": "2024-05-01"},
         "orders": {

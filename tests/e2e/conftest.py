@@ -184,7 +184,7 @@ def discover_catalog(tap: Path, config: Path) -> dict[str, Any]:
                     "replication-key": "updated_at",
                 }
             )
-    return catalog
+    return dict(catalog)
 
 
 @pytest.fixture(scope="session")
@@ -291,7 +291,8 @@ def csv(real_tools: Tools, tmp_path: Path) -> Target:
 @pytest.fixture(params=["target-jsonl", "target-csv"])
 def target(request: pytest.FixtureRequest) -> Target:
     """Each real target in turn."""
-    return request.getfixturevalue("jsonl" if request.param == "target-jsonl" else "csv")
+    chosen: Target = request.getfixturevalue("jsonl" if request.param == "target-jsonl" else "csv")
+    return chosen
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -480,7 +481,8 @@ class Mapper:
     def lock_status(self, state_id: str) -> dict[str, Any]:
         proc = self("lock", "status", state_id, "--format", "json", timeout=60)
         assert proc.returncode == 0, f"lock status {state_id} failed: {proc.stderr}"
-        return json.loads(proc.stdout)
+        status: dict[str, Any] = json.loads(proc.stdout)
+        return status
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,8 @@ class Project:
             )
 
     def run(self, *pipeline: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return self.meltano("run", *(pipeline or PIPELINE), **env)
+        meltano: Callable[..., subprocess.CompletedProcess[str]] = self.meltano  # env: settings
+        return meltano("run", *(pipeline or PIPELINE), **env)
 
     def state_get(self, state_id: str) -> Any:
         result = self.meltano("--log-level=warning", "state", "get", state_id)
