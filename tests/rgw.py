@@ -56,6 +56,7 @@ import pytest
 
 from tests.servers import Emulator, StoreLocation, free_port
 from tests.support.processes import popen
+from tests.support.sdk import new_bucket
 
 INSTALL_CEPH = "scripts/install-system.sh (apt-get install radosgw ceph-mon ceph-osd ceph-common)"
 CEPH_BINARIES = ("monmaptool", "ceph-mon", "ceph-osd", "ceph", "radosgw", "radosgw-admin")
@@ -342,15 +343,4 @@ def rgw_server() -> Iterator[Emulator]:
 @pytest.fixture
 def rgw_location(rgw_server: Emulator) -> StoreLocation:
     """A fresh bucket on the RADOS Gateway, with a prefix."""
-    import boto3
-
-    bucket = f"bucket-{uuid.uuid4().hex[:16]}"
-    o = rgw_server.options
-    boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    ).create_bucket(Bucket=bucket)
-    return StoreLocation(rgw_server, bucket, "pipelines/state")
+    return StoreLocation(rgw_server, new_bucket(rgw_server.options), "pipelines/state")

@@ -42,6 +42,7 @@ from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
 from tests.support.processes import free_port as free_port  # re-exported: tests import it from here
 from tests.support.processes import popen, stop
+from tests.support.sdk import new_bucket
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
@@ -241,18 +242,7 @@ def _wait_socket(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 @pytest.fixture
 def s3_location(moto_server: Emulator) -> StoreLocation:
     """A fresh bucket on moto, with a prefix."""
-    import boto3
-
-    bucket = _unique("bucket")
-    o = moto_server.options
-    boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    ).create_bucket(Bucket=bucket)
-    return StoreLocation(moto_server, bucket, "pipelines/state")
+    return StoreLocation(moto_server, new_bucket(moto_server.options), "pipelines/state")
 
 
 # -- Azure: Azurite ----------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state
+from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state, wait_until
 from tests.support.cli import invoke
 
 REPO = Path(__file__).resolve().parent.parent
@@ -189,12 +189,10 @@ def run_mapping(
     return MappingRun(project, config, env, cwd=cwd, stream=stream).wait()
 
 
-def wait_until_free(store: Path, state_id: str, timeout: float = 10) -> None:
+def wait_until_free(store: Path, state_id: str) -> None:
     """Once Meltano (here: the stand-in) has exited, the lease goes within moments."""
-    deadline = time.monotonic() + timeout
-    while (store / state_id / LEASE).exists():
-        assert time.monotonic() < deadline, f"the lease on {state_id} was never released"
-        time.sleep(0.02)
+    lease = store / state_id / LEASE
+    wait_until(lambda: not lease.exists(), f"the lease on {state_id} released")
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.helpers import (
     wait_for_lease,
     wait_until,
 )
+from tests.support.processes import pid_alive
 
 TAP = TINY_TAP
 
@@ -35,16 +37,14 @@ def delivered(tmp_path: Path) -> list[int]:
     )
 
 
-def run(tmp_path: Path, *extra: str, **env: str):  # type: ignore[no-untyped-def]
+def job(tmp_path: Path, *extra: str) -> list[str]:
+    """``run`` of state ID ``job`` from the tiny tap to the tiny target, and ``extra``."""
+    return ["run", "--state-id", "job", "--tap", TAP, "--target", target(tmp_path), *extra]
+
+
+def run(tmp_path: Path, *extra: str, **env: str) -> subprocess.CompletedProcess[bytes]:
     return run_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        *extra,
+        *job(tmp_path, *extra),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_REPORT=str(tmp_path / "tap.json"), **env),
     )
@@ -114,15 +114,7 @@ def test_signals_are_forwarded_and_the_confirmed_state_committed(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
     proc = spawn_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        "--checkpoint-interval-seconds",
-        "3600",
+        *job(tmp_path, "--checkpoint-interval-seconds", "3600"),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.05"),
     )
@@ -136,7 +128,7 @@ def test_signals_are_forwarded_and_the_confirmed_state_committed(
     assert stored_state(tmp_path / ".mapper-state", "job") == confirmed
     assert confirmed["bookmarks"]["s"] <= max(delivered(tmp_path))
     for pid in children:  # no child left running
-        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+        assert not pid_alive(pid)
     assert not (tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json").exists()
 
 
@@ -151,13 +143,6 @@ def _children_of(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry))
     return found
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def test_busy_lease_fails_at_once_without_starting_the_tap(tmp_path: Path) -> None:
@@ -188,17 +173,7 @@ def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> No
     holder = spawn_cli("--state-id", "job", cwd=tmp_path)
     wait_for_lease(tmp_path / ".mapper-state", "job")
     waiter = spawn_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        "--lock-wait-seconds",
-        "60",
-        "--lock-retry-seconds",
-        "0.1",
+        *job(tmp_path, "--lock-wait-seconds", "60", "--lock-retry-seconds", "0.1"),
         cwd=tmp_path,
         stderr=log.open("wb"),
     )
@@ -215,12 +190,11 @@ def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> No
 
 def test_progress_line_on_a_terminal_and_quiet_json_logs_otherwise(tmp_path: Path) -> None:
     import pty
-    import subprocess
 
     from tests.helpers import MAPPER
 
     master, slave = pty.openpty()
-    args = ["run", "--state-id", "job", "--tap", TAP, "--target", target(tmp_path)]
+    args = job(tmp_path)
     env = clean_env(TINY_TAP_COUNT="25", TINY_TAP_SLEEP="0.1")
     proc = subprocess.Popen(
         [MAPPER, *args, "--checkpoint-interval-seconds", "0"],
@@ -255,15 +229,7 @@ def test_progress_line_on_a_terminal_and_quiet_json_logs_otherwise(tmp_path: Pat
 
 def test_a_broken_lease_stops_the_whole_run(tmp_path: Path) -> None:
     proc = spawn_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        "--lock-timeout-seconds",
-        "1.5",
+        *job(tmp_path, "--lock-timeout-seconds", "1.5"),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.5"),
     )
@@ -274,4 +240,4 @@ def test_a_broken_lease_stops_the_whole_run(tmp_path: Path) -> None:
     assert proc.returncode == 4, err
     assert b"lost the lease" in err
     for pid in children:
-        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+        assert not pid_alive(pid)

@@ -39,6 +39,7 @@ import pytest
 
 from tests.e2e import tools
 from tests.pg import PostgresLocation, PostgresServer
+from tests.support.sdk import s3_client
 
 E2E_DIR = Path(__file__).resolve().parent
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -350,23 +351,16 @@ def _local_store(root: Path) -> Store:
 
 
 def _s3_store(location: Any) -> Store:
-    import boto3
-
     o = location.options
-    client = boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    )
+    client = s3_client(o)
 
     def read(key: str) -> bytes | None:
         try:
             obj = client.get_object(Bucket=location.bucket, Key=f"{location.prefix}/{key}")
         except client.exceptions.NoSuchKey:
             return None
-        return obj["Body"].read()
+        data: bytes = obj["Body"].read()
+        return data
 
     return Store("s3", dict(location.env), read)
 

@@ -24,6 +24,7 @@ import yaml
 
 from tests.e2e import tools
 from tests.helpers import clean_env
+from tests.support import lease
 
 pytestmark = pytest.mark.e2e
 
@@ -173,15 +174,11 @@ def mapper_state(*args: str, env: dict[str, str] | None = None, input: bytes | N
     )
 
 
-def wait_until_free(status_args: list[str], env: dict[str, str], timeout: float = 10) -> None:
+def wait_until_free(status_args: list[str], env: dict[str, str]) -> None:
     """Once `meltano run` has returned, the lease goes within moments."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = mapper_state("lock", "status", *status_args, "--format", "json", env=env)
-        if json.loads(result.stdout)["free"]:
-            return
-        assert time.monotonic() < deadline, f"the lease was never released: {result.stdout!r}"
-        time.sleep(0.05)
+    lease.wait_until_free(
+        lambda: mapper_state("lock", "status", *status_args, "--format", "json", env=env)
+    )
 
 
 def assert_no_fencing_trouble(output: str) -> None:
