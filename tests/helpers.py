@@ -228,3 +228,18 @@ TINY_TAP = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
 def tiny_target(out: Path) -> str:
     """The tiny Singer target of ``tests/fixtures``, writing to ``out``, as a command line."""
     return f"{sys.executable} {FIXTURES / 'tiny_target.py'} {out}"
+
+
+def tiny_run(workdir: Path, *extra: str) -> list[str]:
+    """``run`` of state ID ``job`` from the tiny tap to the tiny target (writing
+    ``workdir/out.jsonl``), then ``extra``: the arguments, without the command."""
+    return [
+        "run",
+        "--state-id",
+        "job",
+        "--tap",
+        TINY_TAP,
+        "--target",
+        tiny_target(workdir / "out.jsonl"),
+        *extra,
+    ]

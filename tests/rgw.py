@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -55,7 +54,7 @@ from typing import NoReturn
 import pytest
 
 from tests.servers import Emulator, StoreLocation, free_port
-from tests.support.processes import popen
+from tests.support.processes import popen, stop
 from tests.support.sdk import new_bucket
 
 INSTALL_CEPH = "scripts/install-system.sh (apt-get install radosgw ceph-mon ceph-osd ceph-common)"
@@ -179,16 +178,8 @@ class _Cluster:
         gateway and the OSD wait for the cluster that is going away.
         """
         for proc in reversed(list(self.daemons.values())):
-            if proc.poll() is not None:
-                continue  # (its group id may belong to another process by now)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            if proc.poll() is None:  # (else its group id may belong to another process by now)
+                stop(proc, grace=STOP_SECONDS, group=True)
         self.daemons.clear()
 
     def _config(self) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from mapper_state.core import bookmarks
 from tests.conftest import ON_BOTH
-from tests.helpers import TINY_TAP, StoreCli, state_line, tiny_target
+from tests.helpers import StoreCli, state_line, tiny_run
 
 PRIOR = {"bookmarks": {"users": {"replication_key_value": "2024-05-01"}, "orders": {"id": 9}}}
 REFUSED = "not committing a state without bookmarks over the state of job"
@@ -22,17 +22,7 @@ def run_pipeline(
     cli: StoreCli, tmp_path: Path, *extra: str, **env: str
 ) -> subprocess.CompletedProcess[bytes]:
     run: Callable[..., subprocess.CompletedProcess[bytes]] = cli  # ``**env`` holds only settings
-    return run(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(tmp_path / "out.jsonl"),
-        *extra,
-        **env,
-    )
+    return run(*tiny_run(tmp_path, *extra), **env)
 
 
 @pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)

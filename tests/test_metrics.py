@@ -17,12 +17,11 @@ from mapper_state.stores.file import FileStore
 from tests.conftest import ON_BOTH
 from tests.helpers import (
     MAPPER,
-    TINY_TAP,
     StoreCli,
     clean_env,
     record_line,
     state_line,
-    tiny_target,
+    tiny_run,
     wait_until,
 )
 
@@ -70,16 +69,7 @@ def test_run_writes_its_metrics(store_cli: StoreCli, tmp_path: Path) -> None:
     cli = store_cli
     metrics = tmp_path / "run.prom"
     result = cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(tmp_path / "out.jsonl"),
-        "--metrics-file",
-        str(metrics),
-        TINY_TARGET_EMPTY_STATE_AT_END="1",
+        *tiny_run(tmp_path, "--metrics-file", str(metrics)), TINY_TARGET_EMPTY_STATE_AT_END="1"
     )
     assert result.returncode == 0, result.stderr
     got = values(metrics)

@@ -17,6 +17,7 @@ from tests.helpers import (
     run_cli,
     spawn_cli,
     stored_state,
+    tiny_run,
     tiny_target,
     wait_for_lease,
     wait_until,
@@ -37,9 +38,7 @@ def delivered(tmp_path: Path) -> list[int]:
     )
 
 
-def job(tmp_path: Path, *extra: str) -> list[str]:
-    """``run`` of state ID ``job`` from the tiny tap to the tiny target, and ``extra``."""
-    return ["run", "--state-id", "job", "--tap", TAP, "--target", target(tmp_path), *extra]
+job = tiny_run
 
 
 def run(tmp_path: Path, *extra: str, **env: str) -> subprocess.CompletedProcess[bytes]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ON_BOTH
-from tests.helpers import TINY_TAP, StoreCli, state_line, tiny_target
+from tests.helpers import StoreCli, state_line, tiny_run
 
 # singer-sdk's shapes: a plain bookmark, one with partitions, one still in progress
 SDK_STATE: dict[str, Any] = {
@@ -134,18 +134,7 @@ def test_run_extracts_only_the_refreshed_stream_and_keeps_the_rest(
     cli = store_cli
     cli.set("job", {"bookmarks": {"s": 5, "other": {"replication_key_value": "x"}}})
     report = tmp_path / "tap.json"
-    result = cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(tmp_path / "out.jsonl"),
-        "--full-refresh-stream",
-        "s",
-        TINY_TAP_REPORT=str(report),
-    )
+    result = cli(*tiny_run(tmp_path, "--full-refresh-stream", "s"), TINY_TAP_REPORT=str(report))
     assert result.returncode == 0, result.stderr
     # the tap got the state without s: it started s from the beginning
     assert json.loads(report.read_text())["state"] == {

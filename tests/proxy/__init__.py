@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tests.proxy.faults import FAULTS, FaultConfig
-from tests.support.processes import popen
+from tests.support.processes import popen, stop
 
 __all__ = ["FAULTS", "FaultProxy", "ProxyUnavailable", "mitmdump_path"]
 
@@ -257,14 +257,7 @@ class FaultProxy:
         if proc is None:
             return
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop(proc, grace=STOP_SECONDS, group=True)
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything it left in its group
