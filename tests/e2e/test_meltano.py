@@ -163,7 +163,9 @@ def make_project(
     return Project(root, env)
 
 
-def mapper_state(*args: str, env: dict[str, str] | None = None, input: bytes | None = None):  # type: ignore[no-untyped-def]
+def mapper_state(
+    *args: str, env: dict[str, str] | None = None, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [str(tools.mapper_state()), *args],
         env=env or clean_env(),
@@ -171,6 +173,27 @@ def mapper_state(*args: str, env: dict[str, str] | None = None, input: bytes | N
         capture_output=True,
         timeout=120,
         check=False,
+    )
+
+
+def run_sample(
+    tmp_path: Path, data: Path, out: Path, env: dict[str, str], **target_config: Any
+) -> subprocess.CompletedProcess[bytes]:
+    """``mapper-state run`` of STATE_ID from tap-sample reading ``data`` to target-jsonl
+    writing under ``out`` (their config files go to ``tmp_path``)."""
+    (tmp_path / "tap.json").write_text(json.dumps({"data_path": str(data)}))
+    (tmp_path / "target.json").write_text(
+        json.dumps({"destination_path": str(out), **target_config})
+    )
+    return mapper_state(
+        "run",
+        "--state-id",
+        STATE_ID,
+        "--tap",
+        f"{tools.project_bin('tap-sample')} --config {tmp_path / 'tap.json'}",
+        "--target",
+        f"{tools.target_jsonl()} --config {tmp_path / 'target.json'}",
+        env=env,
     )
 
 
@@ -231,21 +254,8 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
 
     # Meltano's state is also what the next `mapper-state run` hands its tap
     add_rows(data, 3)
-    (tmp_path / "tap.json").write_text(json.dumps({"data_path": str(data)}))
     out = tmp_path / "run-output"
-    (tmp_path / "target.json").write_text(
-        json.dumps({"destination_path": str(out), "do_timestamp_file": False})
-    )
-    run = mapper_state(
-        "run",
-        "--state-id",
-        STATE_ID,
-        "--tap",
-        f"{tools.project_bin('tap-sample')} --config {tmp_path / 'tap.json'}",
-        "--target",
-        f"{tools.target_jsonl()} --config {tmp_path / 'target.json'}",
-        env=ours,
-    )
+    run = run_sample(tmp_path, data, out, ours, do_timestamp_file=False)
     assert run.returncode == 0, run.stderr
     assert delivered(out) == [13, 14, 15]
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 15)}
@@ -489,19 +499,8 @@ def test_states_cross_between_meltano_and_mapper_state_on_s3(tmp_path: Path, s3_
     assert result.returncode == 0, result.stderr
     got = mapper_state("state", "get", STATE_ID, env=ours)
     assert json.loads(got.stdout) == bookmark(data, 2), got.stderr
-    (tmp_path / "tap.json").write_text(json.dumps({"data_path": str(data)}))
     out = tmp_path / "out"
-    (tmp_path / "target.json").write_text(json.dumps({"destination_path": str(out)}))
-    run = mapper_state(
-        "run",
-        "--state-id",
-        STATE_ID,
-        "--tap",
-        f"{tools.project_bin('tap-sample')} --config {tmp_path / 'tap.json'}",
-        "--target",
-        f"{tools.target_jsonl()} --config {tmp_path / 'target.json'}",
-        env=ours,
-    )
+    run = run_sample(tmp_path, data, out, ours)
     assert run.returncode == 0, run.stderr
     assert sorted(json.loads(line)["id"] for f in out.glob("*.jsonl") for line in f.open()) == [
         3,
@@ -514,8 +513,8 @@ def test_states_cross_between_meltano_and_mapper_state_on_s3(tmp_path: Path, s3_
     # goes back into mapper-state with `state import`
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 6)}
     other = {"bookmarks": {"other": {"replication_key_value": 7}}}
-    result = mapper_state("state", "set", "dev:tap-x-to-target-y", json.dumps(other), env=ours)
-    assert result.returncode == 0, result.stderr
+    written = mapper_state("state", "set", "dev:tap-x-to-target-y", json.dumps(other), env=ours)
+    assert written.returncode == 0, written.stderr
     assert project.state_get("dev:tap-x-to-target-y") == {"singer_state": other}
     listed = project.meltano("--log-level=warning", "state", "list")
     assert sorted(listed.stdout.split()) == sorted(["dev:tap-x-to-target-y", STATE_ID])
