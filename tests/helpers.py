@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.cli import invoke
+from tests.support.cli import invoke, invoke_filter
 from tests.support.processes import MAPPER, clean_env, wait_until
 
 __all__ = ["MAPPER", "clean_env", "wait_until"]  # moved to tests.support; imported from here too
@@ -153,7 +153,7 @@ def race_for_one_lease(
         assert codes == [0] + [3] * (processes - 1), (round_, codes)
 
 
-#: Subcommands that pump no stream and start no child: run in-process by :class:`StoreCli`.
+#: Subcommands that pump no stream and start no child: run by click's runner in :class:`StoreCli`.
 IN_PROCESS_COMMANDS = frozenset({"state", "lock", "doctor"})
 
 
@@ -177,8 +177,11 @@ class StoreCli:
     def __call__(
         self, *args: str, input: bytes = b"", **env: str
     ) -> subprocess.CompletedProcess[bytes]:
-        """The operator commands run in-process; the filter and ``run`` in a real process."""
-        runner = invoke if args and args[0] in IN_PROCESS_COMMANDS else run_cli
+        """In-process, but ``run`` (it starts a tap and a target) in a real process."""
+        if args and args[0] in IN_PROCESS_COMMANDS:
+            runner = invoke
+        else:
+            runner = run_cli if args and args[0] == "run" else invoke_filter
         return runner(*args, input=input, cwd=self.cwd, env=clean_env(**self.env, **env))
 
     def get(self, state_id: str, *args: str) -> Any:

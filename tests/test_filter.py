@@ -14,7 +14,6 @@ import pytest
 from tests.helpers import (
     clean_env,
     record_line,
-    run_cli,
     spawn_cli,
     state_line,
     stored_document,
@@ -22,6 +21,7 @@ from tests.helpers import (
     wait_for_lease,
     wait_until,
 )
+from tests.support.cli import invoke_filter as run_cli
 
 
 def store_of(tmp_path: Path) -> Path:

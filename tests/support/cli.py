@@ -8,21 +8,27 @@ call: the environment (exactly ``env``, by default :func:`clean_env`), the worki
 ``sys.argv`` (the lease keeps the command line), the signal handlers, the root logger, the
 secrets and log format remembered by :mod:`mapper_state.log`, and the in-memory stores.
 
-Keep a real process (:func:`tests.helpers.run_cli`) for the bare filter (it pumps file
-descriptors 0 and 1), signals, pipes, FIFOs, terminals and anything about how a process ends.
+The bare filter pumps raw file descriptors (``sys.stdin.fileno()``), which click's runner
+does not have: :func:`invoke_filter` runs it in-process on temporary files instead, with the
+same isolation. Keep a real process (:func:`tests.helpers.run_cli`) for signals, pipes,
+FIFOs, terminals, a lease held while another run starts, and anything about how a process
+ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from click.testing import CliRunner
 
@@ -99,3 +105,61 @@ def invoke_on_store(
 ) -> subprocess.CompletedProcess[bytes]:
     """``mapper-state ARGS`` in this process against the local-file store at ``store``."""
     return invoke(*args, "--state-backend-uri", f"file://{store}", input=input)
+
+
+def invoke_filter(
+    *args: str,
+    input: bytes = b"",
+    cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[bytes]:
+    """``mapper-state ARGS`` in this process with stdin, stdout and stderr on temporary files
+    (real file descriptors, for the filter's pump); the same arguments and result as
+    ``run_cli``. Any command runs this way; the filter must.
+    """
+    from mapper_state.cli import main
+
+    argv = [MAPPER, *args]
+    with (
+        tempfile.TemporaryFile() as stdin,
+        tempfile.TemporaryFile() as stdout,
+        tempfile.TemporaryFile() as stderr,
+    ):
+        stdin.write(input)
+        stdin.flush()
+        stdin.seek(0)
+        with _as_a_fresh_process(argv, cwd, clean_env() if env is None else env):
+            code = _run_main(main, list(args), stdin, stdout, stderr)
+        stdout.seek(0)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(argv, code, stdout.read(), stderr.read())
+
+
+def _run_main(
+    main: Any, args: list[str], stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes]
+) -> int:
+    """Call the command with the standard streams on these files; its exit code."""
+
+    def text(f: IO[bytes], mode: str) -> io.TextIOWrapper:
+        raw = io.FileIO(f.fileno(), mode, closefd=False)
+        buffered = io.BufferedReader(raw) if mode == "rb" else io.BufferedWriter(raw)
+        return io.TextIOWrapper(buffered, encoding="utf-8", write_through=True)
+
+    saved = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin, sys.stdout, sys.stderr = text(stdin, "rb"), text(stdout, "wb"), text(stderr, "wb")
+    code: int = 0
+    try:
+        main.main(args=args, prog_name="mapper-state")
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            sys.stderr.write(exc.code + "\n")
+        code = 1 if isinstance(exc.code, str) else int(exc.code or 0)
+    except Exception as exc:  # noqa: BLE001 (what the interpreter prints for an uncaught exception)
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdin, sys.stdout, sys.stderr = saved
+    return code
