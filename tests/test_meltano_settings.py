@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state, wait_until
-from tests.support.cli import invoke
+from tests.helpers import MAPPER, clean_env, state_line, stored_state, wait_until
+from tests.support.cli import invoke, invoke_filter
 
 REPO = Path(__file__).resolve().parent.parent
 MELTANO_ID = "dev:tap-sample-to-target-jsonl"
@@ -222,7 +222,7 @@ def test_a_mapping_without_state_id_says_what_to_add_to_meltano_yml(project: Pat
     )
     assert not (project / ".meltano" / "state").exists()
     # outside Meltano the error does not talk about meltano.yml
-    result = run_cli(cwd=project, input=STREAM)
+    result = invoke_filter(cwd=project, input=STREAM)
     assert result.returncode == 2
     assert b"meltano.yml" not in result.stderr
     assert b"state_id is required" in result.stderr
@@ -398,11 +398,20 @@ def test_the_lease_is_kept_until_meltano_has_exited(project: Path) -> None:
     first = MappingRun(project, {"state_id": MELTANO_ID}, env, stream=STREAM, hold=hold)
     assert first.mapper_exit_code() == 0
     assert first.stdout == STREAM
+
     # the mapper has exited; its parent (Meltano) has not, so the lease is still held
-    status = invoke("lock", "status", MELTANO_ID, "--format", "json", env=env, cwd=project)
-    held = json.loads(status.stdout)
+    def status() -> dict[str, Any]:
+        shown = invoke("lock", "status", MELTANO_ID, "--format", "json", env=env, cwd=project)
+        return dict(json.loads(shown.stdout))
+
+    held = status()
     assert held["status"] == "held", held
-    assert f"until Meltano pid {first.parent.pid} exits" in held["holder"]["command"]
+    # the keeper records itself as the holder with its first renewal, moments after the
+    # mapper has handed the lease over and exited
+    keeper_says = f"until Meltano pid {first.parent.pid} exits"
+    wait_until(lambda: keeper_says in status()["holder"]["command"], "the keeper's record")
+    held = status()
+    assert held["status"] == "held", held
     keeper = held["holder"]["pid"]
     os.kill(keeper, 0)  # the holder recorded is a live process
     # another run of the same pipeline fails at once and says who holds it
