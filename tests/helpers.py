@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.cli import invoke, invoke_filter
+from tests.support.cli import invoke
 from tests.support.processes import MAPPER, clean_env, wait_until
 
 __all__ = ["MAPPER", "clean_env", "wait_until"]  # moved to tests.support; imported from here too
@@ -178,11 +178,11 @@ class StoreCli:
         self, *args: str, input: bytes = b"", **env: str
     ) -> subprocess.CompletedProcess[bytes]:
         """In-process, but ``run`` (it starts a tap and a target) in a real process."""
-        if args and args[0] in IN_PROCESS_COMMANDS:
-            runner = invoke
-        else:
-            runner = run_cli if args and args[0] == "run" else invoke_filter
-        return runner(*args, input=input, cwd=self.cwd, env=clean_env(**self.env, **env))
+        env = clean_env(**self.env, **env)
+        if args and args[0] == "run":
+            return run_cli(*args, input=input, cwd=self.cwd, env=env)
+        on_files = not (args and args[0] in IN_PROCESS_COMMANDS)  # the filter pumps fds
+        return invoke(*args, input=input, cwd=self.cwd, env=env, on_files=on_files)
 
     def get(self, state_id: str, *args: str) -> Any:
         """``state get ID --format json``: the stored Singer state, or None when there is none."""

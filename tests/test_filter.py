@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -183,19 +184,30 @@ def test_failure_before_handoff_does_not_hang_the_tap(tmp_path: Path) -> None:
     assert b"is busy" in result.stderr
 
 
-def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
-    proc = spawn_cli("--state-id", "live", "--checkpoint-interval-seconds", "0", cwd=tmp_path)
+def passed_first_state(
+    tmp_path: Path, state_id: str, interval: str
+) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]:
+    """A filter process that has passed its first state, ``{"n": 1}``, through; its stdin
+    and stdout."""
+    proc = spawn_cli(
+        "--state-id", state_id, "--checkpoint-interval-seconds", interval, cwd=tmp_path
+    )
     assert proc.stdin
     assert proc.stdout
     proc.stdin.write(state_line({"n": 1}))
     proc.stdin.flush()
     proc.stdout.readline()
+    return proc, proc.stdin, proc.stdout
+
+
+def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
+    proc, stdin, _ = passed_first_state(tmp_path, "live", "0")
     wait_until(
         lambda: stored_state(store_of(tmp_path), "live") == {"n": 1},
         "no checkpoint while the stream was open",
     )
-    proc.stdin.write(state_line({"n": 2}))
-    proc.stdin.close()
+    stdin.write(state_line({"n": 2}))
+    stdin.close()
     assert proc.wait(10) == 0
     assert stored_state(store_of(tmp_path), "live") == {"n": 2}
 
@@ -217,18 +229,13 @@ def test_checkpoint_interval_throttles_writes(tmp_path: Path) -> None:
 
 
 def test_broken_downstream_pipe_stores_nothing_after_the_last_commit(tmp_path: Path) -> None:
-    proc = spawn_cli("--state-id", "bp", "--checkpoint-interval-seconds", "3600", cwd=tmp_path)
-    assert proc.stdin
-    assert proc.stdout
-    proc.stdin.write(state_line({"n": 1}))
-    proc.stdin.flush()
-    proc.stdout.readline()
+    proc, stdin, stdout = passed_first_state(tmp_path, "bp", "3600")
     wait_until(lambda: stored_state(store_of(tmp_path), "bp") == {"n": 1}, "the first checkpoint")
-    proc.stdout.close()  # the target dies
+    stdout.close()  # the target dies
     try:
         for n in range(2, 200):
-            proc.stdin.write(state_line({"n": n}) + b"x" * 65536 + b"\n")
-            proc.stdin.flush()
+            stdin.write(state_line({"n": n}) + b"x" * 65536 + b"\n")
+            stdin.flush()
     except BrokenPipeError:
         pass
     assert proc.wait(10) == 9

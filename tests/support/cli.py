@@ -80,14 +80,18 @@ def invoke(
     cwd: Path | str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 120,
+    on_files: bool = False,
 ) -> subprocess.CompletedProcess[bytes]:
     """``mapper-state ARGS`` in this process; the same arguments and result as ``run_cli``.
 
+    Through click's runner, or with ``on_files`` on temporary files (:func:`invoke_filter`).
     ``timeout`` is accepted for the same signature; the suite's own timeout bounds the call.
     """
     from mapper_state.cli import main
 
     argv = [MAPPER, *args]
+    if on_files:
+        return _on_files(main, argv, input, cwd, clean_env() if env is None else env)
     with _as_a_fresh_process(argv, cwd, clean_env() if env is None else env):
         result = CliRunner().invoke(main, list(args), input=input, prog_name="mapper-state")
     stderr = result.stderr_bytes
@@ -107,20 +111,17 @@ def invoke_on_store(
     return invoke(*args, "--state-backend-uri", f"file://{store}", input=input)
 
 
-def invoke_filter(
-    *args: str,
-    input: bytes = b"",
-    cwd: Path | str | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 120,
-) -> subprocess.CompletedProcess[bytes]:
+def invoke_filter(*args: str, **options: Any) -> subprocess.CompletedProcess[bytes]:
     """``mapper-state ARGS`` in this process with stdin, stdout and stderr on temporary files
     (real file descriptors, for the filter's pump); the same arguments and result as
     ``run_cli``. Any command runs this way; the filter must.
     """
-    from mapper_state.cli import main
+    return invoke(*args, on_files=True, **options)
 
-    argv = [MAPPER, *args]
+
+def _on_files(
+    main: Any, argv: list[str], input: bytes, cwd: Path | str | None, env: dict[str, str]
+) -> subprocess.CompletedProcess[bytes]:
     with (
         tempfile.TemporaryFile() as stdin,
         tempfile.TemporaryFile() as stdout,
@@ -129,8 +130,8 @@ def invoke_filter(
         stdin.write(input)
         stdin.flush()
         stdin.seek(0)
-        with _as_a_fresh_process(argv, cwd, clean_env() if env is None else env):
-            code = _run_main(main, list(args), stdin, stdout, stderr)
+        with _as_a_fresh_process(argv, cwd, env):
+            code = _run_main(main, argv[1:], stdin, stdout, stderr)
         stdout.seek(0)
         stderr.seek(0)
         return subprocess.CompletedProcess(argv, code, stdout.read(), stderr.read())
