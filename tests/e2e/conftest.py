@@ -39,6 +39,7 @@ import pytest
 
 from tests.e2e import tools
 from tests.pg import PostgresLocation, PostgresServer
+from tests.support.cli import invoke
 from tests.support.sdk import s3_client
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -464,17 +465,22 @@ class Mapper:
             (self.cwd / f"{run}.stderr").read_text(),
         )
 
+    def check(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        """A read-only command that checks what the runs left (``state get``, ``lock
+        status``), in this process: the runs under test are the real processes."""
+        return invoke(*args, cwd=self.cwd, env=self.env())
+
     def state_get(self, state_id: str) -> Any:
         """``mapper-state state get ID --format json``: the stored Singer state, or None."""
-        proc = self("state", "get", state_id, "--format", "json", timeout=60)
+        proc = self.check("state", "get", state_id, "--format", "json")
         if proc.returncode == 10:  # not found
             return None
-        assert proc.returncode == 0, f"state get {state_id} failed: {proc.stderr}"
+        assert proc.returncode == 0, f"state get {state_id} failed: {proc.stderr!r}"
         return json.loads(proc.stdout)
 
     def lock_status(self, state_id: str) -> dict[str, Any]:
-        proc = self("lock", "status", state_id, "--format", "json", timeout=60)
-        assert proc.returncode == 0, f"lock status {state_id} failed: {proc.stderr}"
+        proc = self.check("lock", "status", state_id, "--format", "json")
+        assert proc.returncode == 0, f"lock status {state_id} failed: {proc.stderr!r}"
         status: dict[str, Any] = json.loads(proc.stdout)
         return status
 
