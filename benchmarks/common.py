@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from tests.support.processes import popen
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 MAPPER = str(BIN / "mapper-state")
@@ -242,7 +244,7 @@ def run_measured(
     """Run ``args`` to the end in its own process group and measure it; fail on a bad exit."""
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(
+        proc = popen(  # in a session of its own, and killed if the benchmark dies first
             args,
             cwd=cwd,
             env=dict(env),

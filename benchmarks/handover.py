@@ -76,7 +76,8 @@ def one_handover(work: Path, retry: float, serial: int, env: dict[str, str]) -> 
             stderr=subprocess.PIPE,
             env=env,
         )
-        assert waiter.stdin is not None and waiter.stdout is not None
+        assert waiter.stdin is not None
+        assert waiter.stdout is not None
         waiter.stdin.write(LINE)
         waiter.stdin.close()
         first: list[float] = []

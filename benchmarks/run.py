@@ -163,6 +163,44 @@ def publish_saved(out: Path) -> int:
     return 1 if summary["failed"] else 0
 
 
+def _run_section(
+    name: str, scale: Scale, out: Path, started: float, failed: dict[str, str]
+) -> Section | None:
+    """Measure one section and save its results; ``None`` (and a line in ``failed``) if it broke."""
+    section_start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        elapsed = time.perf_counter() - started
+        print(f"[bench {elapsed:6.0f}s] {name}: {message}", file=sys.stderr, flush=True)
+
+    progress("start")
+    try:
+        section = SECTIONS[name](scale, progress)
+    except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others
+        failed[name] = "".join(traceback.format_exception_only(exc)).strip()
+        progress(f"FAILED: {failed[name]}")
+        if not isinstance(exc, BenchError):
+            traceback.print_exc()
+        return None
+    section.seconds = time.perf_counter() - section_start
+    (out / f"{name}.json").write_text(
+        json.dumps(
+            {
+                "title": section.title,
+                "scale": scale.name,
+                "seconds": section.seconds,
+                "rows": [dict(zip(HEADER, row.cells(), strict=True)) for row in section.rows],
+                "notes": section.notes,
+                "data": section.data,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    progress(f"done in {section.seconds:.0f} s")
+    return section
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="default")
@@ -201,38 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     done: list[Section] = []
     failed: dict[str, str] = {}
     for name in chosen:
-        section_start = time.perf_counter()
-
-        def progress(message: str, name: str = name) -> None:
-            elapsed = time.perf_counter() - started
-            print(f"[bench {elapsed:6.0f}s] {name}: {message}", file=sys.stderr, flush=True)
-
-        progress("start")
-        try:
-            section = SECTIONS[name](scale, progress)
-        except Exception as exc:  # one broken section must not hide the others
-            failed[name] = "".join(traceback.format_exception_only(exc)).strip()
-            progress(f"FAILED: {failed[name]}")
-            if not isinstance(exc, BenchError):
-                traceback.print_exc()
-            continue
-        section.seconds = time.perf_counter() - section_start
-        (out / f"{name}.json").write_text(
-            json.dumps(
-                {
-                    "title": section.title,
-                    "scale": scale.name,
-                    "seconds": section.seconds,
-                    "rows": [dict(zip(HEADER, row.cells(), strict=True)) for row in section.rows],
-                    "notes": section.notes,
-                    "data": section.data,
-                },
-                indent=1,
-            )
-            + "\n"
-        )
-        done.append(section)
-        progress(f"done in {section.seconds:.0f} s")
+        section = _run_section(name, scale, out, started, failed)
+        if section is not None:
+            done.append(section)
 
     from benchmarks.plots import PICTURES  # matplotlib only once something is to be drawn
 

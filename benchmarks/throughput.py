@@ -63,7 +63,8 @@ def pipe_through(
         mid = subprocess.Popen(
             list(middle), stdin=head.stdout, stdout=subprocess.PIPE, stderr=err, cwd=cwd, env=env
         )
-        assert head.stdout is not None and mid.stdout is not None
+        assert head.stdout is not None
+        assert mid.stdout is not None
         head.stdout.close()
         tail = subprocess.Popen(["cat"], stdin=mid.stdout, stdout=subprocess.DEVNULL)
         mid.stdout.close()
@@ -145,6 +146,14 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
     return section
 
 
+def _sdk_streams(scale: Scale, work: Path) -> tuple[dict[int, Path], list[str]]:
+    """The streams meltano-map-transform is measured on, and its command (a no-op mapping)."""
+    sdk = {n: streams.plain(work / f"sdk-{n}.jsonl", n) for n in scale.map_transform_lines}
+    config = work / "map.json"
+    config.write_text(json.dumps({"stream_maps": {}}))
+    return sdk, [MAP_TRANSFORM, "--config", str(config)]
+
+
 def _measure(scale: Scale, work: Path, section: Section, progress: Callable[[str], None]) -> None:
     require(MAPPER)
     env = clean_env(work, MAPPER_STATE_HISTORY_KEEP="0")  # no snapshot per run: the stream only
@@ -160,13 +169,7 @@ def _measure(scale: Scale, work: Path, section: Section, progress: Callable[[str
     huge = streams.huge_line(work / "huge-line.jsonl", scale.huge_line_mb)
     every = streams.every_state(work / "every-state.jsonl", scale.every_state_lines)
     has_map_transform = os.access(MAP_TRANSFORM, os.X_OK)
-    sdk: dict[int, Path] = {}
-    sdk_cmd: list[str] = []
-    if has_map_transform:
-        sdk = {n: streams.plain(work / f"sdk-{n}.jsonl", n) for n in scale.map_transform_lines}
-        config = work / "map.json"
-        config.write_text(json.dumps({"stream_maps": {}}))
-        sdk_cmd = [MAP_TRANSFORM, "--config", str(config)]
+    sdk, sdk_cmd = _sdk_streams(scale, work) if has_map_transform else ({}, [])
 
     # (contender, stream kind, lines) -> command and file; every one measured each round
     cases: dict[tuple[str, str, int], tuple[list[str], Path]] = {}

@@ -105,19 +105,18 @@ def built_dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
     work = tmp_path_factory.mktemp("build")
     source = copy_checkout(work / "source")
     out = work / "dist"
-    result = subprocess.run(
-        [uv(), "build", "--out-dir", str(out), str(source)],
-        cwd=work,
-        env=uv_env(),
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        check=False,
-    )
-    assert result.returncode == 0, f"uv build failed:\n{result.stderr[-4000:]}"
+    _uv([uv(), "build", "--out-dir", str(out), str(source)], work, BUILD_TIMEOUT)
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
     return Dist(sdist, wheel)
+
+
+def _uv(argv: list[str], cwd: Path, timeout: float) -> None:
+    """Run a ``uv`` command; fail the test with the end of its stderr if it fails."""
+    result = subprocess.run(
+        argv, cwd=cwd, env=uv_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, f"{argv} failed:\n{result.stderr[-4000:]}"
 
 
 @dataclass(frozen=True)
@@ -196,16 +195,7 @@ def installed_wheel(built_dist: Dist) -> Iterator[Installed]:
                 f"{built_dist.wheel}[s3]",
             ],
         ):
-            result = subprocess.run(
-                argv,
-                cwd=root,
-                env=uv_env(),
-                capture_output=True,
-                text=True,
-                timeout=INSTALL_TIMEOUT,
-                check=False,
-            )
-            assert result.returncode == 0, f"{argv} failed:\n{result.stderr[-4000:]}"
+            _uv(argv, root, INSTALL_TIMEOUT)
         cwd = root / "work"
         cwd.mkdir()
         yield Installed(venv, cwd)

@@ -12,7 +12,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gen-reference.py"
 def reference() -> ModuleType:
     """``scripts/gen-reference.py`` as a module (its name is not an importable one)."""
     spec = importlib.util.spec_from_file_location("gen_reference", SCRIPT)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -12,18 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
+from tests.support.cli import invoke
+from tests.support.processes import MAPPER, clean_env, wait_until
 
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment without any mapper-state or Meltano settings."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MAPPER_STATE_", "MELTANO_", "AWS_", "AZURE_", "GOOGLE_"))
-    }
-    env.update(extra)
-    return env
+__all__ = ["MAPPER", "clean_env", "wait_until"]  # moved to tests.support; imported from here too
 
 
 def run_cli(
@@ -100,14 +92,6 @@ def in_terminal(store: Path, *args: str, answer: bytes) -> subprocess.CompletedP
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def wait_until(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
-    """Poll ``condition`` until it holds; fail the test saying ``what`` did not happen."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting: {what}"
-        time.sleep(0.02)
-
-
 def wait_for_lease(store: Path, state_id: str, timeout: float = 10) -> dict[str, Any]:
     """The lease record once a holder has written it (``store`` is a file store's root)."""
     path = store / state_id / "mapper-state.lease.json"
@@ -169,6 +153,10 @@ def race_for_one_lease(
         assert codes == [0] + [3] * (processes - 1), (round_, codes)
 
 
+#: Subcommands that pump no stream and start no child: run by click's runner in :class:`StoreCli`.
+IN_PROCESS_COMMANDS = frozenset({"state", "lock", "doctor"})
+
+
 class StoreCli:
     """Runs ``mapper-state`` against one store: a local directory, or a cloud emulator's
     location (a ``tests.servers.StoreLocation``), with that store's settings."""
@@ -189,7 +177,12 @@ class StoreCli:
     def __call__(
         self, *args: str, input: bytes = b"", **env: str
     ) -> subprocess.CompletedProcess[bytes]:
-        return run_cli(*args, input=input, cwd=self.cwd, env=clean_env(**self.env, **env))
+        """In-process, but ``run`` (it starts a tap and a target) in a real process."""
+        env = clean_env(**self.env, **env)
+        if args and args[0] == "run":
+            return run_cli(*args, input=input, cwd=self.cwd, env=env)
+        on_files = not (args and args[0] in IN_PROCESS_COMMANDS)  # the filter pumps fds
+        return invoke(*args, input=input, cwd=self.cwd, env=env, on_files=on_files)
 
     def get(self, state_id: str, *args: str) -> Any:
         """``state get ID --format json``: the stored Singer state, or None when there is none."""
@@ -238,3 +231,18 @@ TINY_TAP = f"{sys.executable} {FIXTURES / 'tiny_tap.py'}"
 def tiny_target(out: Path) -> str:
     """The tiny Singer target of ``tests/fixtures``, writing to ``out``, as a command line."""
     return f"{sys.executable} {FIXTURES / 'tiny_target.py'} {out}"
+
+
+def tiny_run(workdir: Path, *extra: str) -> list[str]:
+    """``run`` of state ID ``job`` from the tiny tap to the tiny target (writing
+    ``workdir/out.jsonl``), then ``extra``: the arguments, without the command."""
+    return [
+        "run",
+        "--state-id",
+        "job",
+        "--tap",
+        TINY_TAP,
+        "--target",
+        tiny_target(workdir / "out.jsonl"),
+        *extra,
+    ]

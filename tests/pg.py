@@ -30,15 +30,20 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.support.processes import free_port, killed_if_we_die
+
+if TYPE_CHECKING:
+    import psycopg
 
 PG_MAJOR_PREFERRED = "15"
 SERVICE_USER_FALLBACK = "mapper-state-pg"
@@ -93,7 +98,7 @@ class PostgresServer:
 
     # -- SQL helpers -------------------------------------------------------------------
 
-    def connect(self, dbname: str | None = None):  # -> psycopg.Connection
+    def connect(self, dbname: str | None = None) -> psycopg.Connection[tuple[Any, ...]]:
         import psycopg
 
         return psycopg.connect(**self.conninfo(dbname), autocommit=True, connect_timeout=10)
@@ -108,7 +113,7 @@ class PostgresServer:
     ) -> list[tuple[Any, ...]]:
         """Run a query and return all its rows."""
         with self.connect() as conn:
-            return conn.execute(sql, params).fetchall()
+            return list(conn.execute(sql, params).fetchall())
 
     def psql(
         self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
@@ -278,13 +283,7 @@ def _run(cmd: list[str], os_user: str | None, cwd: Path, timeout: float = 60) ->
             f"{Path(cmd[0]).name} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
             f"{proc.stdout}{proc.stderr}"
         )
-    return proc.stdout
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return str(proc.stdout)
 
 
 def _tmp_base(os_user: str | None) -> str | None:
@@ -336,7 +335,7 @@ def running_postgres(dbname: str = "e2e") -> Iterator[PostgresServer]:
         pwfile.unlink()
         last_error: Exception | None = None
         for _attempt in range(3):  # the free port can be taken between probe and bind
-            port = _free_port()
+            port = free_port()
             opts = (
                 f"-h 127.0.0.1 -p {port} -k {socket_dir} -F "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
@@ -380,8 +379,10 @@ def running_postgres(dbname: str = "e2e") -> Iterator[PostgresServer]:
             log_file=log_file,
             os_user=os_user,
         )
-        server.create_database(dbname)
-        yield server
+        # pg_ctl detaches the server: a watchdog stops it (immediate shutdown) if we die
+        with killed_if_we_die(data_dir / "postmaster.pid", signal.SIGQUIT):
+            server.create_database(dbname)
+            yield server
     finally:
         if started:
             with contextlib.suppress(Exception):

@@ -38,12 +38,9 @@ A missing binary fails the test with the command that installs it (no skip).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -57,6 +54,8 @@ from typing import NoReturn
 import pytest
 
 from tests.servers import Emulator, StoreLocation, free_port
+from tests.support.processes import popen, stop
+from tests.support.sdk import new_bucket
 
 INSTALL_CEPH = "scripts/install-system.sh (apt-get install radosgw ceph-mon ceph-osd ceph-common)"
 CEPH_BINARIES = ("monmaptool", "ceph-mon", "ceph-osd", "ceph", "radosgw", "radosgw-admin")
@@ -80,18 +79,6 @@ SETUP_TRIES = 3  # runs of the monitor commands while the monitor refuses one ("
 STOP_SECONDS = 5  # grace after SIGTERM before SIGKILL, per daemon
 MEMSTORE_BYTES = 1 << 30  # the OSD's capacity; memory is used only for what is stored
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_PR_SET_PDEATHSIG = 1
-# Looked up before any fork: the function runs in the child between fork and exec.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
-
-
-def _die_with_parent() -> None:
-    """In a daemon about to start: be killed if the test process dies (Linux).
-
-    A test run that is killed (SIGKILL, a CI timeout) cannot stop the daemons itself.
-    """
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -191,16 +178,8 @@ class _Cluster:
         gateway and the OSD wait for the cluster that is going away.
         """
         for proc in reversed(list(self.daemons.values())):
-            if proc.poll() is not None:
-                continue  # (its group id may belong to another process by now)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            if proc.poll() is None:  # (else its group id may belong to another process by now)
+                stop(proc, grace=STOP_SECONDS, group=True)
         self.daemons.clear()
 
     def _config(self) -> str:
@@ -288,15 +267,13 @@ rgw_data = {root}/rgw
     def _spawn(self, name: str, args: Sequence[str]) -> None:
         """Start a daemon in the foreground of its own process group."""
         with open(self.logs / f"{name}.out", "wb") as out:
-            self.daemons[name] = subprocess.Popen(
+            self.daemons[name] = popen(
                 [args[0], "-c", str(self.conf), *args[1:]],
-                stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.root,
                 env=self.env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
 
     def _wait_http(self, deadline: float) -> None:
@@ -357,15 +334,4 @@ def rgw_server() -> Iterator[Emulator]:
 @pytest.fixture
 def rgw_location(rgw_server: Emulator) -> StoreLocation:
     """A fresh bucket on the RADOS Gateway, with a prefix."""
-    import boto3
-
-    bucket = f"bucket-{uuid.uuid4().hex[:16]}"
-    o = rgw_server.options
-    boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    ).create_bucket(Bucket=bucket)
-    return StoreLocation(rgw_server, bucket, "pipelines/state")
+    return StoreLocation(rgw_server, new_bucket(rgw_server.options), "pipelines/state")

@@ -40,6 +40,9 @@ import pytest
 
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
+from tests.support.processes import free_port as free_port  # re-exported: tests import it from here
+from tests.support.processes import popen, stop
+from tests.support.sdk import new_bucket
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
@@ -111,12 +114,6 @@ class StoreLocation:
 # -- helpers -----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, log: Path | None, what: str) -> None:
     """Wait until ``url`` answers any HTTP response; fail with the server's log if it dies."""
     deadline = time.monotonic() + STARTUP_SECONDS
@@ -140,17 +137,12 @@ def _process(args: list[str], url: str, what: str) -> Iterator[None]:
     with tempfile.TemporaryDirectory(prefix="mapper-state-emulator-") as tmp:
         log = Path(tmp) / "server.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+            proc = popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
         try:
             _wait_http(url, proc, log, what)
             yield
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def _unique(prefix: str) -> str:
@@ -201,7 +193,7 @@ def moto_auth_server() -> Iterator[Emulator]:
         log = Path(tmp) / "server.log"
         with open(log, "wb") as out:
             args = [binary, "-H", "127.0.0.1", "-p", str(port)]
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             _wait_socket(port, proc, log)
             import boto3
@@ -229,8 +221,7 @@ def moto_auth_server() -> Iterator[Emulator]:
             }
             yield Emulator("moto (signatures checked)", "s3", "s3", endpoint, options)
         finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+            stop(proc)
 
 
 def _wait_socket(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -247,18 +238,7 @@ def _wait_socket(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 @pytest.fixture
 def s3_location(moto_server: Emulator) -> StoreLocation:
     """A fresh bucket on moto, with a prefix."""
-    import boto3
-
-    bucket = _unique("bucket")
-    o = moto_server.options
-    boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    ).create_bucket(Bucket=bucket)
-    return StoreLocation(moto_server, bucket, "pipelines/state")
+    return StoreLocation(moto_server, new_bucket(moto_server.options), "pipelines/state")
 
 
 # -- S3: s3rver, which ignores conditional writes (the negative control) -------------

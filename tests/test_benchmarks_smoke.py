@@ -55,7 +55,8 @@ def test_every_benchmark_and_picture_is_produced(tmp_path: Path) -> None:
             assert row["measure"].replace("|", "\\|") in scoreboard  # escaped in tables
     for picture in PICTURES:
         data = (out / picture).read_bytes()
-        assert data.startswith(PNG_MAGIC) and len(data) > 10_000, picture
+        assert data.startswith(PNG_MAGIC), picture
+        assert len(data) > 10_000, picture
         assert f"]({picture})" in scoreboard
 
     # what each promise is judged by is there, as a figure and a verdict

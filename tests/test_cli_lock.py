@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,11 @@ from mapper_state.core.lease import LEASE_FILE, Lease, read_lease
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.file import FileStore
 from tests.helpers import in_terminal
-from tests.helpers import on_store as mapper
+from tests.support.cli import invoke_on_store as mapper
 
 
 @pytest.fixture
-def holder(tmp_path: Path):
+def holder(tmp_path: Path) -> Iterator[Lease]:
     lease = Lease(FileStore(tmp_path), "dev:tap-a-to-target-b", ttl=60, run_id="nightly-7")
     lease.acquire()
     yield lease
@@ -56,7 +57,9 @@ def test_status_names_the_holder(tmp_path: Path, holder: Lease) -> None:
     doc = json.loads(
         mapper(tmp_path, "lock", "status", "dev:tap-a-to-target-b", "--format", "json").stdout
     )
-    assert doc["status"] == "held" and doc["free"] is False and doc["expired"] is False
+    assert doc["status"] == "held"
+    assert doc["free"] is False
+    assert doc["expired"] is False
     assert doc["holder"]["run_id"] == "nightly-7"
     assert doc["holder"]["pid"] == os.getpid()
     assert doc["holder"]["host"] == socket.gethostname()
@@ -72,19 +75,23 @@ def test_status_of_an_expired_lease(tmp_path: Path) -> None:
     assert text.stdout.startswith(b"job: free: the lease expired ")
     assert b"crashed-run" in text.stdout
     doc = json.loads(mapper(tmp_path, "lock", "status", "job", "--format", "json").stdout)
-    assert doc["status"] == "expired" and doc["free"] is True and doc["expired"] is True
+    assert doc["status"] == "expired"
+    assert doc["free"] is True
+    assert doc["expired"] is True
 
 
 def test_break_is_refused_without_confirmation(tmp_path: Path, holder: Lease) -> None:
     result = mapper(tmp_path, "lock", "break", "dev:tap-a-to-target-b")
     assert result.returncode == 2
-    assert b"--yes" in result.stderr and b"Traceback" not in result.stderr
+    assert b"--yes" in result.stderr
+    assert b"Traceback" not in result.stderr
     assert (tmp_path / "dev:tap-a-to-target-b" / LEASE_FILE).exists()
     holder.confirm()  # still ours
 
     said_no = in_terminal(tmp_path, "lock", "break", "dev:tap-a-to-target-b", answer=b"n\n")
     assert said_no.returncode == 2
-    assert b"nightly-7" in said_no.stderr and b"still being renewed" in said_no.stderr
+    assert b"nightly-7" in said_no.stderr
+    assert b"still being renewed" in said_no.stderr
     holder.confirm()
 
 
@@ -96,7 +103,9 @@ def test_break_fences_the_old_holder(tmp_path: Path, holder: Lease) -> None:
     assert b"nightly-7" in result.stderr
     # broken by compare-and-swap to a broken record, safe where delete conditions are ignored
     broken, _ = read_lease(store, "dev:tap-a-to-target-b")
-    assert broken is not None and broken.status == "broken" and broken.run_id == "nightly-7"
+    assert broken is not None
+    assert broken.status == "broken"
+    assert broken.run_id == "nightly-7"
     status = mapper(tmp_path, "lock", "status", "dev:tap-a-to-target-b")
     assert status.stdout.endswith(b"free (no lease)\n")
 
@@ -141,10 +150,12 @@ def test_the_command_line_kept_in_the_lease_and_history_hides_secrets(tmp_path: 
     flags = ("--state-backend-uri", f"file://{tmp_path}", "--set")
     holder = spawn_cli("--state-id", "sec", *flags, f"state_backend.postgres.password={secret}")
     record = wait_for_lease(tmp_path, "sec")
-    assert "***" in record["command"] and "hunter2" not in record["command"]
+    assert "***" in record["command"]
+    assert "hunter2" not in record["command"]
     for fmt in ("text", "json"):
         shown = mapper(tmp_path, "lock", "status", "sec", "--format", fmt)
-        assert b"***" in shown.stdout and b"hunter2" not in shown.stdout
+        assert b"***" in shown.stdout
+        assert b"hunter2" not in shown.stdout
     holder.communicate(state_line({"x": 1}), timeout=30)
     assert holder.returncode == 0
     stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,27 +16,29 @@ from mapper_state.ops import commands as ops
 from mapper_state.stores.file import FileStore
 from tests.helpers import MAPPER, in_terminal
 from tests.helpers import clean_env as env
-from tests.helpers import on_store as mapper
+from tests.support.cli import invoke_on_store as mapper
 
 REPO = Path(__file__).resolve().parents[1]
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
 STATE = {"bookmarks": {"users": {"replication_key_value": "2024-01-01"}, "orders": {"id": 7}}}
 
 
-def stored(store: Path, state_id: str) -> dict | None:
+def stored(store: Path, state_id: str) -> Any:
     """Meltano's part of the stored document (without mapper-state's writer record)."""
     path = store / state_id / "state.json"
     if not path.exists():
         return None
     doc = json.loads(path.read_bytes())
     writer = doc.pop("mapper_state")
-    assert writer["serial"] >= 1 and writer["run_id"]  # every write's bytes are unique
+    assert writer["serial"] >= 1
+    assert writer["run_id"]  # every write's bytes are unique
     return doc
 
 
 def one_line_error(result: subprocess.CompletedProcess[bytes]) -> str:
     err = result.stderr.decode()
-    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err, err
     assert err.startswith("mapper-state: error: "), err
     return err
 
@@ -56,7 +59,8 @@ def test_get_prints_the_bare_state_and_set_get_round_trips_byte_for_byte(tmp_pat
     }  # Meltano's document, so `meltano state get` reads it
     for fmt in ("text", "json"):
         first = mapper(tmp_path, "state", "get", "dev:tap-a-to-target-b", "--format", fmt)
-        assert first.returncode == 0 and json.loads(first.stdout) == STATE
+        assert first.returncode == 0
+        assert json.loads(first.stdout) == STATE
         again = mapper(tmp_path, "state", "set", "dev:tap-a-to-target-b", input=first.stdout)
         assert again.returncode == 0, again.stderr
         second = mapper(tmp_path, "state", "get", "dev:tap-a-to-target-b", "--format", fmt)
@@ -89,7 +93,8 @@ def test_meltano_shape_on_get_and_set(tmp_path: Path) -> None:
     assert wrong.returncode == 6
     assert "add --meltano" in one_line_error(wrong)
     bare = mapper(tmp_path, "state", "set", "job", "--meltano", json.dumps(STATE))
-    assert bare.returncode == 6 and "singer_state" in one_line_error(bare)
+    assert bare.returncode == 6
+    assert "singer_state" in one_line_error(bare)
     assert stored(tmp_path, "job")["completed"]["singer_state"] == new["singer_state"]
 
 
@@ -187,7 +192,9 @@ def test_list_shows_state_ids_only(tmp_path: Path) -> None:
     finally:
         lease.release()
     empty = mapper(tmp_path / "empty", "state", "list")
-    assert empty.returncode == 0 and empty.stdout == b"" and b"no states" in empty.stderr
+    assert empty.returncode == 0
+    assert empty.stdout == b""
+    assert b"no states" in empty.stderr
 
 
 # -- writes take the lease -----------------------------------------------------------
@@ -223,7 +230,9 @@ def test_writes_fail_while_a_run_holds_the_lease(tmp_path: Path, args: tuple[str
         holder.release()
     assert result.returncode == 3
     err = one_line_error(result)
-    assert "job" in err and "nightly-run-42" in err and f"pid {os.getpid()}" in err
+    assert "job" in err
+    assert "nightly-run-42" in err
+    assert f"pid {os.getpid()}" in err
     assert (tmp_path / "job" / "state.json").read_bytes() == before
     assert stored(tmp_path, "other")["completed"]["singer_state"] == {"bookmarks": {}}
 
@@ -286,7 +295,8 @@ def test_clear_all_needs_confirmation(tmp_path: Path) -> None:
     assert refused.returncode == 2
     assert "not a terminal" in one_line_error(refused)
     said_no = in_terminal(tmp_path, "state", "clear", "--all", answer=b"n\n")
-    assert said_no.returncode == 2 and b"Clear 3 states" in said_no.stderr
+    assert said_no.returncode == 2
+    assert b"Clear 3 states" in said_no.stderr
     assert mapper(tmp_path, "state", "list").stdout.count(b"\n") == 3
     said_yes = in_terminal(tmp_path, "state", "clear", "--all", "--pattern", "dev:*", answer=b"y\n")
     assert said_yes.returncode == 0, said_yes.stderr
@@ -297,7 +307,8 @@ def test_clear_all_needs_confirmation(tmp_path: Path) -> None:
 
 def test_clear_needs_an_id_or_all(tmp_path: Path) -> None:
     result = mapper(tmp_path, "state", "clear")
-    assert result.returncode == 2 and b"give a state ID or --all" in result.stderr
+    assert result.returncode == 2
+    assert b"give a state ID or --all" in result.stderr
 
 
 # -- copy and move -------------------------------------------------------------------
@@ -310,7 +321,8 @@ def test_copy_and_move(tmp_path: Path) -> None:
     assert stored(tmp_path, "c") == stored(tmp_path, "a")
 
     onto = mapper(tmp_path, "state", "copy", "a", "b")
-    assert onto.returncode == 6 and "--force" in one_line_error(onto)
+    assert onto.returncode == 6
+    assert "--force" in one_line_error(onto)
     assert stored(tmp_path, "b")["completed"]["singer_state"] == {"bookmarks": {}}
 
     moved = mapper(tmp_path, "state", "move", "c", "d")
@@ -319,7 +331,8 @@ def test_copy_and_move(tmp_path: Path) -> None:
     assert stored(tmp_path, "d")["completed"]["singer_state"] == STATE
 
     refused = mapper(tmp_path, "state", "move", "d", "b")
-    assert refused.returncode == 6 and "b exists already" in one_line_error(refused)
+    assert refused.returncode == 6
+    assert "b exists already" in one_line_error(refused)
     assert stored(tmp_path, "d") is not None
     assert stored(tmp_path, "b")["completed"]["singer_state"] == {"bookmarks": {}}
 
@@ -330,7 +343,8 @@ def test_copy_and_move(tmp_path: Path) -> None:
     assert mapper(tmp_path, "state", "list").stdout.decode().split() == ["a", "b"]
 
     same = mapper(tmp_path, "state", "move", "a", "a")
-    assert same.returncode == 6 and "same state ID" in one_line_error(same)
+    assert same.returncode == 6
+    assert "same state ID" in one_line_error(same)
 
 
 # -- export and import ---------------------------------------------------------------
@@ -352,7 +366,8 @@ def test_export_then_import_into_another_store(tmp_path: Path) -> None:
     assert mapper(new, "state", "export").stdout == exported.stdout
 
     again = mapper(new, "state", "import", input=exported.stdout)
-    assert again.returncode == 6 and "3 of these states exist already" in one_line_error(again)
+    assert again.returncode == 6
+    assert "3 of these states exist already" in one_line_error(again)
     (tmp_path / "backup.jsonl").write_bytes(exported.stdout)
     put(new, "dev:a", {"bookmarks": {}})
     restored = mapper(new, "state", "import", str(tmp_path / "backup.jsonl"), "--force")

@@ -1,4 +1,8 @@
-"""Settings and user errors: one line naming the problem, before anything is read or written."""
+"""Settings and user errors: one line naming the problem, before anything is read or written.
+
+Most run in-process (:mod:`tests.support.cli`); a missing state ID and an unknown scheme are
+checked through a real process too: the exit code and the one line a shell sees.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import clean_env, run_cli, state_line, stored_state
+from tests.support.cli import invoke, invoke_filter
 
 
 def assert_one_line_error(result, code: int, *needles: str) -> None:  # type: ignore[no-untyped-def]
@@ -35,7 +40,7 @@ def assert_one_line_error(result, code: int, *needles: str) -> None:  # type: ig
 def test_bad_state_ids_are_refused_before_anything_is_written(
     tmp_path: Path, state_id: str, needle: str
 ) -> None:
-    result = run_cli("--state-id", state_id, cwd=tmp_path, input=state_line({"a": 1}))
+    result = invoke_filter("--state-id", state_id, cwd=tmp_path, input=state_line({"a": 1}))
     assert_one_line_error(result, 2, needle)
     assert result.stdout == b""
     assert not (tmp_path / ".mapper-state").exists()
@@ -47,7 +52,7 @@ def test_missing_state_id(tmp_path: Path) -> None:
 
 
 def test_meltano_style_ids_are_valid(tmp_path: Path) -> None:
-    result = run_cli(
+    result = invoke_filter(
         "--state-id", "dev:tap-a-to-target-b", cwd=tmp_path, input=state_line({"a": 1})
     )
     assert result.returncode == 0
@@ -55,29 +60,29 @@ def test_meltano_style_ids_are_valid(tmp_path: Path) -> None:
 
 
 def test_bad_setting_values_name_the_setting(tmp_path: Path) -> None:
-    result = run_cli(
+    result = invoke(
         "--state-id", "x", "--set", "state_backend.lock_timeout_seconds=soon", cwd=tmp_path
     )
     assert_one_line_error(result, 2, "state_backend.lock_timeout_seconds", "number")
     env = clean_env(MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS="-1")
-    result = run_cli("--state-id", "x", cwd=tmp_path, env=env)
+    result = invoke("--state-id", "x", cwd=tmp_path, env=env)
     assert_one_line_error(
         result, 2, "checkpoint_interval_seconds", "MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS"
     )
-    result = run_cli("--state-id", "x", "--set", "no_such_setting=1", cwd=tmp_path)
+    result = invoke("--state-id", "x", "--set", "no_such_setting=1", cwd=tmp_path)
     assert_one_line_error(result, 2, "unknown setting no_such_setting")
 
 
 def test_unreadable_and_invalid_config_files(tmp_path: Path) -> None:
     assert_one_line_error(
-        run_cli("--config", "missing.json", cwd=tmp_path), 2, "missing.json", "does not exist"
+        invoke("--config", "missing.json", cwd=tmp_path), 2, "missing.json", "does not exist"
     )
     (tmp_path / "bad.json").write_text("{nope")
-    assert_one_line_error(run_cli("--config", "bad.json", cwd=tmp_path), 2, "not valid JSON")
+    assert_one_line_error(invoke("--config", "bad.json", cwd=tmp_path), 2, "not valid JSON")
     (tmp_path / "list.json").write_text("[1]")
-    assert_one_line_error(run_cli("--config", "list.json", cwd=tmp_path), 2, "JSON object")
+    assert_one_line_error(invoke("--config", "list.json", cwd=tmp_path), 2, "JSON object")
     (tmp_path / "typo.json").write_text('{"state_backend": {"urii": "file:///x"}}')
-    assert_one_line_error(run_cli("--config", "typo.json", cwd=tmp_path), 2, "state_backend.urii")
+    assert_one_line_error(invoke("--config", "typo.json", cwd=tmp_path), 2, "state_backend.urii")
     assert not (tmp_path / ".mapper-state").exists()
 
 
@@ -85,14 +90,14 @@ def test_relative_file_uris_and_bare_paths(tmp_path: Path) -> None:
     line = state_line({"a": 1})
     for uri, where in (("file:rel-a", "rel-a"), ("file://rel-b", "rel-b"), ("rel-c/x", "rel-c/x")):
         assert (
-            run_cli(
+            invoke_filter(
                 "--state-id", "r", "--state-backend-uri", uri, cwd=tmp_path, input=line
             ).returncode
             == 0
         )
         assert stored_state(tmp_path / where, "r") == {"a": 1}, uri
     absolute = tmp_path / "abs"
-    run_cli(
+    invoke_filter(
         "--state-id", "r", "--state-backend-uri", f"file://{absolute}", cwd=tmp_path, input=line
     )
     assert stored_state(absolute, "r") == {"a": 1}
@@ -113,11 +118,11 @@ def test_precedence_flags_over_files_over_env_over_meltano(tmp_path: Path) -> No
         MELTANO_STATE_BACKEND_URI="file://from-meltano",
     )
     line = state_line({"a": 1})
-    run_cli("--state-id", "m", cwd=tmp_path, env=env, input=line)
+    invoke_filter("--state-id", "m", cwd=tmp_path, env=env, input=line)
     assert stored_state(tmp_path / "from-env", "m") == {"a": 1}
-    run_cli("--config", "a.json", "--config", "b.json", cwd=tmp_path, env=env, input=line)
+    invoke_filter("--config", "a.json", "--config", "b.json", cwd=tmp_path, env=env, input=line)
     assert stored_state(tmp_path / "from-file-b", "cfg") == {"a": 1}
-    run_cli(
+    invoke_filter(
         "--config",
         "b.json",
         "--state-backend-uri",
@@ -129,13 +134,13 @@ def test_precedence_flags_over_files_over_env_over_meltano(tmp_path: Path) -> No
     assert stored_state(tmp_path / "from-flag", "cfg") == {"a": 1}
     # Meltano reads only the path of a file:// URI, so its URIs are absolute
     meltano_only = clean_env(MELTANO_STATE_BACKEND_URI=f"file://{tmp_path / 'from-meltano'}")
-    run_cli("--state-id", "m", cwd=tmp_path, env=meltano_only, input=line)
+    invoke_filter("--state-id", "m", cwd=tmp_path, env=meltano_only, input=line)
     assert stored_state(tmp_path / "from-meltano", "m") == {"a": 1}
 
 
 def test_config_env_marker_and_env_settings(tmp_path: Path) -> None:
     env = clean_env(MAPPER_STATE_STATE_ID="from-env", MAPPER_STATE_STATE_MERGE="true")
-    result = run_cli("--config", "ENV", cwd=tmp_path, env=env, input=state_line({"a": 1}))
+    result = invoke_filter("--config", "ENV", cwd=tmp_path, env=env, input=state_line({"a": 1}))
     assert result.returncode == 0, result.stderr
     assert stored_state(tmp_path / ".mapper-state", "from-env") == {"a": 1}
 
@@ -153,25 +158,27 @@ def test_secrets_never_appear(tmp_path: Path) -> None:
             }
         )
     )
-    result = run_cli("--config", "c.json", cwd=tmp_path)
+    result = invoke_filter("--config", "c.json", cwd=tmp_path)
     assert result.returncode == 2
     out = result.stdout + result.stderr
-    assert secret.encode() not in out and b"hunter2pass" not in out
-    about = run_cli("--about", "--format", "json", "--config", "c.json", cwd=tmp_path)
+    assert secret.encode() not in out
+    assert b"hunter2pass" not in out
+    about = invoke("--about", "--format", "json", "--config", "c.json", cwd=tmp_path)
     assert secret.encode() not in about.stdout + about.stderr
 
 
 def test_version_and_about(tmp_path: Path) -> None:
-    version = run_cli("--version")
-    assert version.returncode == 0 and version.stdout.startswith(b"mapper-state ")
-    about = json.loads(run_cli("--about", "--format", "json").stdout)
+    version = invoke("--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith(b"mapper-state ")
+    about = json.loads(invoke("--about", "--format", "json").stdout)
     assert about["name"] == "mapper-state"
     props = about["settings"]["properties"]
     assert props["state_backend"]["properties"]["uri"]["default"] == "file://.mapper-state"
     assert props["state_backend"]["properties"]["s3"]["properties"]["aws_secret_access_key"][
         "secret"
     ]
-    markdown = run_cli("--about", "--format", "markdown").stdout.decode()
+    markdown = invoke("--about", "--format", "markdown").stdout.decode()
     assert "state_backend.lock_timeout_seconds" in markdown
-    text = run_cli("--about").stdout.decode()
+    text = invoke("--about").stdout.decode()
     assert "MAPPER_STATE_STATE_BACKEND__URI" in text

@@ -51,7 +51,8 @@ def test_diff_of_the_last_run_per_stream(store_cli: StoreCli) -> None:
     text = cli("state", "diff", "job")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.decode().splitlines()
-    assert lines[0].startswith("job: ") and "state set" not in lines[0]
+    assert lines[0].startswith("job: ")
+    assert "state set" not in lines[0]
     assert lines[1:] == [
         '  added: added {"id":3}',
         '  gone: removed (was {"id":1})',
@@ -94,7 +95,8 @@ def test_diff_between_named_snapshots_and_the_current_state(store_cli: StoreCli)
 
     back = json.loads(cli("state", "diff", "job", newest, oldest, "--format", "json").stdout)
     users = next(s for s in back["streams"] if s["stream"] == "users")
-    assert users["changes"][0]["from"] == "2024-02-01" and users["changes"][0]["to"] == "2024-01-01"
+    assert users["changes"][0]["from"] == "2024-02-01"
+    assert users["changes"][0]["to"] == "2024-01-01"
 
     since = cli("state", "diff", "job", oldest[:-4])  # a unique start of its name
     assert since.returncode == 0, since.stderr
@@ -111,7 +113,9 @@ def test_diff_errors(store_cli: StoreCli) -> None:
     cli.set("job", BEFORE)
     first = cli("state", "diff", "job")  # one snapshot: everything was added
     assert first.returncode == 0
-    assert "(nothing) ->" in first.stdout.decode() and "users: added" in first.stdout.decode()
+    assert "(nothing) ->" in first.stdout.decode()
+    assert "users: added" in first.stdout.decode()
     unknown = cli("state", "diff", "job", "19990101")
-    assert unknown.returncode == 10 and b"no snapshot 19990101" in unknown.stderr
+    assert unknown.returncode == 10
+    assert b"no snapshot 19990101" in unknown.stderr
     assert cli("state", "diff", "job", "a", "b", "c").returncode == 6

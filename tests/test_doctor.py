@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +20,8 @@ from mapper_state.stores import open_store
 from mapper_state.stores.base import Blob, StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
+from tests.support.cli import invoke
 
-MAPPER = str(Path(sys.executable).parent / "mapper-state")
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MAPPER_STATE_", "MELTANO_"))}
 CHECKS = [
     "reachable",
@@ -40,9 +39,7 @@ CHECKS = [
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [MAPPER, "doctor", *args], capture_output=True, env=ENV, timeout=60, check=False
-    )
+    return invoke("doctor", *args, env=ENV)
 
 
 def files_under(root: Path) -> list[str]:
@@ -66,14 +63,16 @@ def test_file_store_is_safe_and_left_as_found(tmp_path: Path) -> None:
     as_json = json.loads(
         doctor("--state-backend-uri", f"file://{tmp_path}", "--format", "json").stdout
     )
-    assert as_json["verdict"] == "safe" and as_json["exit_code"] == 0
+    assert as_json["verdict"] == "safe"
+    assert as_json["exit_code"] == 0
     assert [(c["name"], c["status"]) for c in as_json["checks"]] == [(n, "ok") for n in CHECKS]
 
 
 def test_unknown_store_scheme_is_a_config_error() -> None:
     result = doctor("--state-backend-uri", "ftp://host/x")
     assert result.returncode == 2
-    assert result.stderr.decode().count("\n") == 1 and b"unknown scheme" in result.stderr
+    assert result.stderr.decode().count("\n") == 1
+    assert b"unknown scheme" in result.stderr
 
 
 def test_store_that_ignores_conditions_is_unsafe_for_locking() -> None:
@@ -81,7 +80,8 @@ def test_store_that_ignores_conditions_is_unsafe_for_locking() -> None:
     result = CliRunner().invoke(main, ["doctor", "--state-backend-uri", uri])
     assert result.exit_code == ExitCode.UNSAFE_STORE
     out = result.stdout
-    assert "UNSAFE   create-if-absent" in out and "two runs could both take the lease" in out
+    assert "UNSAFE   create-if-absent" in out
+    assert "two runs could both take the lease" in out
     assert "UNSAFE   compare-and-swap" in out
     assert "verdict: UNSAFE FOR LOCKING" in out
     assert list(open_store(uri).list()) == []  # cleaned up even so
@@ -103,9 +103,11 @@ def test_ignored_delete_condition_is_only_a_warning() -> None:
     statuses = {c.name: c.status for c in report.checks}
     assert statuses.pop("conditional delete") == "warning"
     assert set(statuses.values()) == {"ok"}
-    assert report.verdict == "warning" and report.exit_code == 0
+    assert report.verdict == "warning"
+    assert report.exit_code == 0
     text = render_text(report)
-    assert "Locking stays safe" in text and "successor" in text
+    assert "Locking stays safe" in text
+    assert "successor" in text
     assert "verdict: the store is safe for locking, with the warning above." in text
 
 
@@ -169,7 +171,8 @@ def test_read_only_credentials() -> None:
     assert (statuses["read"], statuses["list"], statuses["write"]) == ("ok", "ok", "failed")
     assert statuses["delete"] == "skipped"
     assert statuses["create-if-absent"] == statuses["compare-and-swap"] == "skipped"
-    assert report.verdict == "failed" and report.exit_code == ExitCode.STORE
+    assert report.verdict == "failed"
+    assert report.exit_code == ExitCode.STORE
     assert "fix the failures above" in render_text(report)
 
 
@@ -189,13 +192,7 @@ def test_doctor_on_real_servers(
     location: str, verdict: str, code: int, request: pytest.FixtureRequest
 ) -> None:
     where = request.getfixturevalue(location)
-    result = subprocess.run(
-        [MAPPER, "doctor", "--format", "json"],
-        capture_output=True,
-        env={**ENV, **where.env},
-        timeout=120,
-        check=False,
-    )
+    result = invoke("doctor", "--format", "json", env={**ENV, **where.env})
     assert result.returncode == code, result.stderr
     report = json.loads(result.stdout)
     assert report["verdict"] == verdict, [c for c in report["checks"] if c["status"] != "ok"]

@@ -15,13 +15,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from tests.proxy import FaultProxy, ProxyUnavailable
 from tests.servers import Emulator, StoreLocation
+from tests.support import sdk
 
 pytestmark = pytest.mark.cloud
 
@@ -31,21 +30,13 @@ DELAY = 0.5
 
 def s3_client(emulator: Emulator, endpoint_url: str | None = None, **config: Any) -> Any:
     """A boto3 S3 client on ``endpoint_url`` (default: the emulator itself), no retries."""
-    o = emulator.options
     settings: dict[str, Any] = {
         "retries": {"total_max_attempts": 1, "mode": "standard"},
         "connect_timeout": 2,
         "read_timeout": 5,
         **config,
     }
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint_url or o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-        config=Config(**settings),
-    )
+    return sdk.s3_client(emulator.options, endpoint_url=endpoint_url, **settings)
 
 
 @contextlib.contextmanager
@@ -352,10 +343,16 @@ def test_a_seed_gives_the_same_faults_in_the_same_order(moto_server: Emulator, b
 
 
 def test_bad_faults_are_refused_by_the_helper(proxy: FaultProxy) -> None:
-    for bad in ({"error": 1.5}, {"error": 0.6, "reset": 0.6}, {"errors": 1.0}, {"methods": "GET"}):
-        with pytest.raises(ValueError):
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"error": 1.5}, "a rate is a number in"),
+        ({"error": 0.6, "reset": 0.6}, "add up to more than 1"),
+        ({"errors": 1.0}, "unknown key"),
+        ({"methods": "GET"}, "a list of HTTP methods"),
+    ]
+    for bad, why in refused:
+        with pytest.raises(ValueError, match=why):
             proxy.set_faults(**bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a number of seconds >= 0"):
         FaultProxy("http://127.0.0.1:1", faults={"delay_seconds": -1})
 
 

@@ -61,9 +61,13 @@ def test_the_first_failure_in_order_is_raised_and_the_rest_cancelled() -> None:
         time.sleep(0.01)
         return n
 
-    results = []
-    with pytest.raises(ValueError, match="three"):
+    results: list[int] = []
+
+    def consume() -> None:
         for _, r in fetch_all(range(1000), fetch, workers=4):
             results.append(r)
+
+    with pytest.raises(ValueError, match="three"):
+        consume()
     assert results == [0, 1, 2]
     assert len(started) < 1000

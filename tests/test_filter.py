@@ -8,13 +8,13 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from tests.helpers import (
     clean_env,
     record_line,
-    run_cli,
     spawn_cli,
     state_line,
     stored_document,
@@ -22,6 +22,7 @@ from tests.helpers import (
     wait_for_lease,
     wait_until,
 )
+from tests.support.cli import invoke_filter as run_cli
 
 
 def store_of(tmp_path: Path) -> Path:
@@ -48,7 +49,9 @@ def test_newest_state_is_stored_in_meltano_layout(tmp_path: Path) -> None:
         "completed": {"singer_state": {"bookmarks": {"s": {"replication_key_value": 3}}}},
         "partial": {},
     }
-    assert writer["serial"] >= 1 and len(writer["run_id"]) == 12 and writer["written_at"] > 0
+    assert writer["serial"] >= 1
+    assert len(writer["run_id"]) == 12
+    assert writer["written_at"] > 0
     state_dir = store_of(tmp_path) / "dev:tap-a-to-target-b"
     assert oct((state_dir / "state.json").stat().st_mode & 0o777) == "0o600"
     assert not (state_dir / "mapper-state.lease.json").exists()  # released
@@ -127,7 +130,8 @@ def test_integers_beyond_64_bits_are_kept_exactly(tmp_path: Path) -> None:
     result = run_cli("--state-id", "big", cwd=tmp_path, input=state_line(value))
     assert result.returncode == 0, result.stderr
     state_file = (store_of(tmp_path) / "big" / "state.json").read_text()
-    assert "18446744073709551616" in state_file and "-9223372036854775809" in state_file
+    assert "18446744073709551616" in state_file
+    assert "-9223372036854775809" in state_file
     assert stored_state(store_of(tmp_path), "big") == value
     result = run_cli("--state-id", "big", "--state-file", "prior.json", cwd=tmp_path, input=b"")
     assert result.returncode == 0, result.stderr
@@ -180,25 +184,38 @@ def test_failure_before_handoff_does_not_hang_the_tap(tmp_path: Path) -> None:
     assert b"is busy" in result.stderr
 
 
-def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
-    proc = spawn_cli("--state-id", "live", "--checkpoint-interval-seconds", "0", cwd=tmp_path)
-    assert proc.stdin and proc.stdout
+def passed_first_state(
+    tmp_path: Path, state_id: str, interval: str
+) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]:
+    """A filter process that has passed its first state, ``{"n": 1}``, through; its stdin
+    and stdout."""
+    proc = spawn_cli(
+        "--state-id", state_id, "--checkpoint-interval-seconds", interval, cwd=tmp_path
+    )
+    assert proc.stdin
+    assert proc.stdout
     proc.stdin.write(state_line({"n": 1}))
     proc.stdin.flush()
     proc.stdout.readline()
+    return proc, proc.stdin, proc.stdout
+
+
+def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
+    proc, stdin, _ = passed_first_state(tmp_path, "live", "0")
     wait_until(
         lambda: stored_state(store_of(tmp_path), "live") == {"n": 1},
         "no checkpoint while the stream was open",
     )
-    proc.stdin.write(state_line({"n": 2}))
-    proc.stdin.close()
+    stdin.write(state_line({"n": 2}))
+    stdin.close()
     assert proc.wait(10) == 0
     assert stored_state(store_of(tmp_path), "live") == {"n": 2}
 
 
 def test_checkpoint_interval_throttles_writes(tmp_path: Path) -> None:
     proc = spawn_cli("--state-id", "slow", "--checkpoint-interval-seconds", "30", cwd=tmp_path)
-    assert proc.stdin and proc.stdout
+    assert proc.stdin
+    assert proc.stdout
     for n in range(1, 4):
         proc.stdin.write(state_line({"n": n}))
         proc.stdin.flush()
@@ -212,17 +229,13 @@ def test_checkpoint_interval_throttles_writes(tmp_path: Path) -> None:
 
 
 def test_broken_downstream_pipe_stores_nothing_after_the_last_commit(tmp_path: Path) -> None:
-    proc = spawn_cli("--state-id", "bp", "--checkpoint-interval-seconds", "3600", cwd=tmp_path)
-    assert proc.stdin and proc.stdout
-    proc.stdin.write(state_line({"n": 1}))
-    proc.stdin.flush()
-    proc.stdout.readline()
+    proc, stdin, stdout = passed_first_state(tmp_path, "bp", "3600")
     wait_until(lambda: stored_state(store_of(tmp_path), "bp") == {"n": 1}, "the first checkpoint")
-    proc.stdout.close()  # the target dies
+    stdout.close()  # the target dies
     try:
         for n in range(2, 200):
-            proc.stdin.write(state_line({"n": n}) + b"x" * 65536 + b"\n")
-            proc.stdin.flush()
+            stdin.write(state_line({"n": n}) + b"x" * 65536 + b"\n")
+            stdin.flush()
     except BrokenPipeError:
         pass
     assert proc.wait(10) == 9
@@ -251,7 +264,8 @@ def test_what_a_signal_commits_with_a_state_pending(
     after = position == "after the target"
     args = ["--state-id", "pending", "--checkpoint-interval-seconds", "60"]
     proc = spawn_cli(*args, *(["--after-target"] if after else []), cwd=tmp_path)
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
 
     def send(n: int) -> None:
         line = json.dumps({"n": n}).encode() + b"\n" if after else state_line({"n": n})
@@ -309,7 +323,8 @@ def test_a_state_changed_behind_the_holders_back_stops_the_run_with_exit_4(
     """Fencing through the CLI: another writer changes state.json without the lease."""
     args = ["--state-id", "fenced", "--checkpoint-interval-seconds", "0.2"]
     proc = spawn_cli(*args, cwd=tmp_path)
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     proc.stdin.write(state_line({"n": 1}))
     proc.stdin.flush()
     wait_until(lambda: stored_state(store_of(tmp_path), "fenced") == {"n": 1}, "the first commit")
@@ -346,7 +361,8 @@ def test_an_unreachable_store_is_exit_5_in_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 5
     err = result.stderr.decode()
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
     assert f"cannot reach S3 at http://127.0.0.1:{port}" in err
 
 
@@ -373,5 +389,7 @@ def test_sdk_debug_logging_hides_the_credentials(tmp_path: Path) -> None:
         result = run_cli(*args, cwd=tmp_path, env=env)
         assert result.returncode == 5
         err = result.stderr.decode()
-        assert "botocore" in err and "Credential=***/" in err  # the debug log is there
-        assert key_id not in err and secret not in err
+        assert "botocore" in err
+        assert "Credential=***/" in err  # the debug log is there
+        assert key_id not in err
+        assert secret not in err

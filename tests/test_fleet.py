@@ -50,11 +50,14 @@ def test_list_long_shows_writer_age_lease_and_snapshots(store_cli: StoreCli) -> 
     assert abs(written - started) < 120
 
     m = rows["dev:meltano"]
-    assert m["writer_run_id"] is None and m["snapshots"] == 0  # written by another tool
+    assert m["writer_run_id"] is None
+    assert m["snapshots"] == 0  # written by another tool
     assert m["last_written"] is not None  # the store's own modification time
     lease = m["lease"]
-    assert lease["status"] == "held" and lease["run_id"] == "nightly-42"
-    assert lease["host"] == socket.gethostname() and lease["pid"] == os.getpid()
+    assert lease["status"] == "held"
+    assert lease["run_id"] == "nightly-42"
+    assert lease["host"] == socket.gethostname()
+    assert lease["pid"] == os.getpid()
     assert lease["expires_at"].endswith("Z")
 
     lines = text.stdout.decode().splitlines()
@@ -69,9 +72,12 @@ def test_list_long_shows_writer_age_lease_and_snapshots(store_cli: StoreCli) -> 
         "SNAPSHOTS",
         "LEASE",
     ]
-    assert lines[1].startswith("dev:a ") and history[0]["run_id"] in lines[1]
-    assert lines[2].startswith("dev:meltano ") and "nightly-42 on " in lines[2]
-    assert " - " in lines[2] and "expires " in lines[2]
+    assert lines[1].startswith("dev:a ")
+    assert history[0]["run_id"] in lines[1]
+    assert lines[2].startswith("dev:meltano ")
+    assert "nightly-42 on " in lines[2]
+    assert " - " in lines[2]
+    assert "expires " in lines[2]
 
 
 @pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)
@@ -80,14 +86,17 @@ def test_stale_exits_non_zero_when_a_state_has_not_moved(store_cli: StoreCli) ->
     cli.set("prod:a", {"bookmarks": {"s": 1}})
     fresh = cli("state", "list", "--stale", "1h")
     assert fresh.returncode == 0, fresh.stderr
-    assert fresh.stdout == b"" and b"every one of 1 state moved within 1h" in fresh.stderr
+    assert fresh.stdout == b""
+    assert b"every one of 1 state moved within 1h" in fresh.stderr
     time.sleep(1.1)
     old = cli("state", "list", "--stale", "1s", "--format", "json")
     assert old.returncode == 12, old.stderr
     assert [r["state_id"] for r in json.loads(old.stdout)] == ["prod:a"]
-    assert b"1 of 1 state" in old.stderr and b"have not moved for 1s" in old.stderr
+    assert b"1 of 1 state" in old.stderr
+    assert b"have not moved for 1s" in old.stderr
     bad = cli("state", "list", "--stale", "soon")
-    assert bad.returncode == 2 and b"not a duration" in bad.stderr
+    assert bad.returncode == 2
+    assert b"not a duration" in bad.stderr
 
 
 def test_stale_picks_the_pipelines_that_stopped(store_cli: StoreCli, tmp_path: Path) -> None:

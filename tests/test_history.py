@@ -6,6 +6,7 @@ import json
 import shutil
 import socket
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -18,13 +19,13 @@ from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
 from tests.conftest import ON_BOTH
 from tests.helpers import StoreCli, count_pages
-from tests.helpers import on_store as mapper
 from tests.servers import StoreLocation
+from tests.support.cli import invoke_on_store as mapper
 
 GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
 
 
-def bookmarks(**streams: int) -> dict:
+def bookmarks(**streams: int) -> dict[str, Any]:
     return {"bookmarks": {name: {"replication_key_value": v} for name, v in streams.items()}}
 
 
@@ -61,7 +62,8 @@ def test_names_sort_by_time_even_when_the_clock_goes_back() -> None:
     history.record(store, "job", {"a": 2}, run_id="late", keep=5)
     names = history.snapshot_names(store, "job")
     assert names[0] == future
-    assert names[1].endswith("-late") and names[1] > future
+    assert names[1].endswith("-late")
+    assert names[1] > future
     assert [s.value for s in history.list_snapshots(store, "job")] == [{"a": 1}, {"a": 2}]
 
 
@@ -69,7 +71,8 @@ def test_run_ids_are_made_safe_for_keys() -> None:
     store = MemoryStore()
     history.record(store, "job", {}, run_id="../../etc/passwd x", keep=5)
     [key] = store.list()
-    assert key.startswith(".mapper-state/history/job/") and key.count("/") == 3
+    assert key.startswith(".mapper-state/history/job/")
+    assert key.count("/") == 3
     assert key.endswith("-_.._etc_passwd_x.json")
 
 
@@ -110,8 +113,10 @@ def test_history_lists_runs_with_what_changed(tmp_path: Path) -> None:
     assert lines[0] == "job: 3 snapshots, newest first; * marks the current state"
     assert lines[1].split() == ["SNAPSHOT", "TIME", "(UTC)", "RUN", "HOST", "BY", "CHANGES"]
     newest, run, first = lines[2:]
-    assert newest.startswith("*") and newest.endswith("state merge  changed bookmarks.orders")
-    assert "nightly-1" in run and f" {socket.gethostname()} " in run
+    assert newest.startswith("*")
+    assert newest.endswith("state merge  changed bookmarks.orders")
+    assert "nightly-1" in run
+    assert f" {socket.gethostname()} " in run
     assert run.endswith("run          changed bookmarks.users")
     assert first.endswith("state set    first snapshot")
 
@@ -133,11 +138,13 @@ def test_rollback_restores_a_snapshot_and_is_itself_recorded(tmp_path: Path) -> 
     assert f"rolled job back to snapshot {good}".encode() in result.stderr
     assert json.loads(mapper(tmp_path, "state", "get", "job").stdout) == bookmarks(users=1)
     snaps = history.list_snapshots(store, "job")
-    assert len(snaps) == 3 and snaps[-1].note == f"state rollback to {good}"
+    assert len(snaps) == 3
+    assert snaps[-1].note == f"state rollback to {good}"
     assert snaps[-1].value == bookmarks(users=1)
 
     again = mapper(tmp_path, "state", "rollback", "job", "--to", good)
-    assert again.returncode == 0 and b"already at snapshot" in again.stderr
+    assert again.returncode == 0
+    assert b"already at snapshot" in again.stderr
     assert len(history.snapshot_names(store, "job")) == 3
 
 
@@ -147,11 +154,14 @@ def test_rollback_errors(tmp_path: Path) -> None:
     ops.set_state(store, "job", {"a": 2}, GUARD)
     before = (tmp_path / "job" / "state.json").read_bytes()
     unknown = mapper(tmp_path, "state", "rollback", "job", "--to", "19990101")
-    assert unknown.returncode == 10 and b"no snapshot 19990101" in unknown.stderr
+    assert unknown.returncode == 10
+    assert b"no snapshot 19990101" in unknown.stderr
     ambiguous = mapper(tmp_path, "state", "rollback", "job", "--to", "2")
-    assert ambiguous.returncode == 6 and b"ambiguous" in ambiguous.stderr
+    assert ambiguous.returncode == 6
+    assert b"ambiguous" in ambiguous.stderr
     none = mapper(tmp_path, "state", "rollback", "other", "--to", "2")
-    assert none.returncode == 10 and b"no history" in none.stderr
+    assert none.returncode == 10
+    assert b"no history" in none.stderr
     assert (tmp_path / "job" / "state.json").read_bytes() == before
 
 
@@ -162,7 +172,8 @@ def test_a_state_written_without_history_is_kept_before_it_is_changed(tmp_path: 
     (tmp_path / "job" / "state.json").write_text(json.dumps(doc))
     assert mapper(tmp_path, "state", "set", "job", json.dumps(bookmarks(users=2))).returncode == 0
     text = mapper(tmp_path, "state", "history", "job").stdout.decode()
-    assert "unrecorded" in text and "another writer" in text
+    assert "unrecorded" in text
+    assert "another writer" in text
     oldest = history.snapshot_names(FileStore(tmp_path), "job")[0]
     assert mapper(tmp_path, "state", "rollback", "job", "--to", oldest).returncode == 0
     assert json.loads(mapper(tmp_path, "state", "get", "job").stdout) == bookmarks(users=1)
@@ -187,7 +198,7 @@ class HistoryRefused(MemoryStore):
         return super().create(key, data)
 
 
-def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFixture) -> None:
+def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFixture[str]) -> None:
     store = HistoryRefused()
     state.save(store, "job", {"a": 1}, None)  # no snapshot holds it yet
     with pytest.raises(StoreError, match="nothing was changed"):
@@ -220,9 +231,8 @@ def test_history_survives_the_state_folder_being_deleted(store_cli: StoreCli) ->
 
     listed = cli("state", "history", "dev:tap-to-target")
     assert listed.returncode == 0, listed.stderr
-    assert (
-        "2 snapshots" in listed.stdout.decode() and "it has no state now" in listed.stdout.decode()
-    )
+    assert "2 snapshots" in listed.stdout.decode()
+    assert "it has no state now" in listed.stdout.decode()
     assert cli("state", "list").stdout == b""  # the history is not a state
     back = cli("state", "rollback", "dev:tap-to-target", "--to", good)
     assert back.returncode == 0, back.stderr
@@ -238,8 +248,11 @@ def test_history_in_the_old_place_is_read_and_moved_on_the_next_write() -> None:
     store.create(f"job/history/{old_name}.json", orjson.dumps(doc))
 
     snaps = history.list_snapshots(store, "job")
-    assert snaps[0].name == old_name and len(snaps) == 2
-    assert history.read_snapshot(store, "job", old_name).value == bookmarks(users=0)
+    assert snaps[0].name == old_name
+    assert len(snaps) == 2
+    old = history.read_snapshot(store, "job", old_name)
+    assert old is not None
+    assert old.value == bookmarks(users=0)
 
     ops.set_state(store, "job", bookmarks(users=2), GUARD)  # the next write moves it
     assert not [k for k in store.list("job/") if "/history/" in k]

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state
+from tests.helpers import MAPPER, clean_env, state_line, stored_state, wait_until
+from tests.support.cli import invoke, invoke_filter
 
 REPO = Path(__file__).resolve().parent.parent
 MELTANO_ID = "dev:tap-sample-to-target-jsonl"
@@ -34,7 +35,8 @@ MELTANO_KIND = {"string": "string", "number": "decimal", "integer": "integer", "
 
 
 def _meltano_yml() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "meltano.yml").read_text())
+    project: dict[str, Any] = yaml.safe_load((REPO / "meltano.yml").read_text())
+    return project
 
 
 def _mapper_plugin() -> dict[str, Any]:
@@ -44,7 +46,7 @@ def _mapper_plugin() -> dict[str, Any]:
 
 def _about_settings() -> dict[str, dict[str, Any]]:
     """`mapper-state --about --format json`'s settings schema, by dotted name."""
-    result = run_cli("--about", "--format", "json")
+    result = invoke("--about", "--format", "json")
     assert result.returncode == 0, result.stderr
     found: dict[str, dict[str, Any]] = {}
 
@@ -187,12 +189,10 @@ def run_mapping(
     return MappingRun(project, config, env, cwd=cwd, stream=stream).wait()
 
 
-def wait_until_free(store: Path, state_id: str, timeout: float = 10) -> None:
+def wait_until_free(store: Path, state_id: str) -> None:
     """Once Meltano (here: the stand-in) has exited, the lease goes within moments."""
-    deadline = time.monotonic() + timeout
-    while (store / state_id / LEASE).exists():
-        assert time.monotonic() < deadline, f"the lease on {state_id} was never released"
-        time.sleep(0.02)
+    lease = store / state_id / LEASE
+    wait_until(lambda: not lease.exists(), f"the lease on {state_id} released")
 
 
 @pytest.fixture
@@ -220,7 +220,7 @@ def test_a_mapping_without_state_id_says_what_to_add_to_meltano_yml(project: Pat
     assert "\n            state_id: dev:tap-sample-to-<loader>\n" in err
     assert not (project / ".meltano" / "state").exists()
     # outside Meltano the error does not talk about meltano.yml
-    result = run_cli(cwd=project, input=STREAM)
+    result = invoke_filter(cwd=project, input=STREAM)
     assert result.returncode == 2
     assert b"meltano.yml" not in result.stderr
     assert b"state_id is required" in result.stderr
@@ -248,7 +248,7 @@ def test_meltanos_backend_is_read_where_meltano_reads_it(
     assert stored_state(store, "events-copy") == BOOKMARK
     wait_until_free(store, "events-copy")
     # and `state get` in the same environment and directory reads the same place
-    got = run_cli("state", "get", "events-copy", cwd=project / "transform" / "deep", env=env)
+    got = invoke("state", "get", "events-copy", cwd=project / "transform" / "deep", env=env)
     assert json.loads(got.stdout) == BOOKMARK, got.stderr
 
 
@@ -281,7 +281,7 @@ def test_a_file_uri_with_a_relative_host_is_refused_not_followed_to_the_root(
 ) -> None:
     # `file://.meltano/state` is `/state` to Meltano (".meltano" parses as a host name)
     env = meltano_env(project, "file://.meltano/state")
-    result = run_cli("state", "list", cwd=project, env=env)
+    result = invoke("state", "list", cwd=project, env=env)
     assert result.returncode == 2, result.stderr
     assert b"keeps the state in /state; write file:///absolute/path" in result.stderr
 
@@ -406,11 +406,20 @@ def test_the_lease_is_kept_until_meltano_has_exited(project: Path) -> None:
     first = MappingRun(project, {"state_id": MELTANO_ID}, env, stream=STREAM, hold=hold)
     assert first.mapper_exit_code() == 0
     assert first.stdout == STREAM
+
     # the mapper has exited; its parent (Meltano) has not, so the lease is still held
-    status = run_cli("lock", "status", MELTANO_ID, "--format", "json", env=env, cwd=project)
-    held = json.loads(status.stdout)
+    def status() -> dict[str, Any]:
+        shown = invoke("lock", "status", MELTANO_ID, "--format", "json", env=env, cwd=project)
+        return dict(json.loads(shown.stdout))
+
+    held = status()
     assert held["status"] == "held", held
-    assert f"until Meltano pid {first.parent.pid} exits" in held["holder"]["command"]
+    # the keeper records itself as the holder with its first renewal, moments after the
+    # mapper has handed the lease over and exited
+    keeper_says = f"until Meltano pid {first.parent.pid} exits"
+    wait_until(lambda: keeper_says in status()["holder"]["command"], "the keeper's record")
+    held = status()
+    assert held["status"] == "held", held
     keeper = held["holder"]["pid"]
     os.kill(keeper, 0)  # the holder recorded is a live process
     # another run of the same pipeline fails at once and says who holds it

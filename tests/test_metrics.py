@@ -17,12 +17,11 @@ from mapper_state.stores.file import FileStore
 from tests.conftest import ON_BOTH
 from tests.helpers import (
     MAPPER,
-    TINY_TAP,
     StoreCli,
     clean_env,
     record_line,
     state_line,
-    tiny_target,
+    tiny_run,
     wait_until,
 )
 
@@ -70,16 +69,7 @@ def test_run_writes_its_metrics(store_cli: StoreCli, tmp_path: Path) -> None:
     cli = store_cli
     metrics = tmp_path / "run.prom"
     result = cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(tmp_path / "out.jsonl"),
-        "--metrics-file",
-        str(metrics),
-        TINY_TARGET_EMPTY_STATE_AT_END="1",
+        *tiny_run(tmp_path, "--metrics-file", str(metrics)), TINY_TARGET_EMPTY_STATE_AT_END="1"
     )
     assert result.returncode == 0, result.stderr
     got = values(metrics)
@@ -108,12 +98,11 @@ def test_metrics_are_written_at_each_commit_while_running(tmp_path: Path) -> Non
         for n in (1, 2):
             proc.stdin.write(state_line({"bookmarks": {"s": n}}))
             proc.stdin.flush()
-            wait_until(
-                lambda n=n: (
-                    metrics.exists() and values(metrics).get("mapper_state_commits_total") == n
-                ),
-                f"commit {n} in the metrics file",
-            )
+
+            def committed(n: int = n) -> bool:
+                return metrics.exists() and values(metrics).get("mapper_state_commits_total") == n
+
+            wait_until(committed, f"commit {n} in the metrics file")
             assert values(metrics)["mapper_state_running"] == 1
             assert "mapper_state_exit_code" not in values(metrics)
     finally:

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mapper_state.stream.pump import HEAD_LIMIT, LineScanner, find_token
-from tests.helpers import MAPPER, clean_env, run_cli, state_line, stored_state
+from tests.helpers import MAPPER, clean_env, state_line, stored_state
+from tests.support.cli import invoke_filter
 
 HOSTILE_CASES: dict[str, bytes] = {
     "empty": b"",
@@ -35,7 +36,7 @@ HOSTILE_CASES: dict[str, bytes] = {
 @pytest.mark.parametrize("name", list(HOSTILE_CASES))
 def test_hostile_input_passes_through_byte_for_byte(name: str, tmp_path: Path) -> None:
     data = HOSTILE_CASES[name]
-    result = run_cli("--state-id", "t", cwd=tmp_path, input=data)
+    result = invoke_filter("--state-id", "t", cwd=tmp_path, input=data)
     assert result.returncode == 0, result.stderr
     assert result.stdout == data
     assert b"Traceback" not in result.stderr
@@ -49,7 +50,7 @@ def test_only_top_level_state_messages_are_stored(tmp_path: Path) -> None:
         + b'{"type":"STATE","value":{"real":2}}\r\n'
         + HOSTILE_CASES["invalid json"]
     )
-    result = run_cli("--state-id", "t", cwd=tmp_path, input=data)
+    result = invoke_filter("--state-id", "t", cwd=tmp_path, input=data)
     assert result.returncode == 0
     assert result.stdout == data
     assert stored_state(tmp_path / ".mapper-state", "t") == {"real": 2}
@@ -57,7 +58,7 @@ def test_only_top_level_state_messages_are_stored(tmp_path: Path) -> None:
 
 
 def test_state_on_last_line_without_newline_is_stored(tmp_path: Path) -> None:
-    result = run_cli("--state-id", "t", cwd=tmp_path, input=HOSTILE_CASES["no final newline"])
+    result = invoke_filter("--state-id", "t", cwd=tmp_path, input=HOSTILE_CASES["no final newline"])
     assert result.stdout == HOSTILE_CASES["no final newline"]
     assert stored_state(tmp_path / ".mapper-state", "t") == {"a": 1}
 
@@ -190,7 +191,7 @@ def test_states_after_many_records_saying_state_are_all_found() -> None:
 )
 @given(st.binary(max_size=5000))
 def test_cli_passes_arbitrary_bytes(tmp_path: Path, data: bytes) -> None:
-    result = run_cli("--state-id", "prop", cwd=tmp_path, input=data)
+    result = invoke_filter("--state-id", "prop", cwd=tmp_path, input=data)
     assert result.returncode == 0, result.stderr
     assert result.stdout == data
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +17,12 @@ from tests.helpers import (
     run_cli,
     spawn_cli,
     stored_state,
+    tiny_run,
     tiny_target,
     wait_for_lease,
     wait_until,
 )
+from tests.support.processes import pid_alive
 
 TAP = TINY_TAP
 
@@ -34,23 +38,20 @@ def delivered(tmp_path: Path) -> list[int]:
     )
 
 
-def run(tmp_path: Path, *extra: str, **env: str):  # type: ignore[no-untyped-def]
+job = tiny_run
+
+
+def run(tmp_path: Path, *extra: str, **env: str) -> subprocess.CompletedProcess[bytes]:
     return run_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        *extra,
+        *job(tmp_path, *extra),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_REPORT=str(tmp_path / "tap.json"), **env),
     )
 
 
-def tap_report(tmp_path: Path) -> dict:
-    return json.loads((tmp_path / "tap.json").read_text())
+def tap_report(tmp_path: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((tmp_path / "tap.json").read_text())
+    return report
 
 
 def test_incremental_runs_hand_the_tap_its_state(tmp_path: Path) -> None:
@@ -112,15 +113,7 @@ def test_signals_are_forwarded_and_the_confirmed_state_committed(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
     proc = spawn_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        "--checkpoint-interval-seconds",
-        "3600",
+        *job(tmp_path, "--checkpoint-interval-seconds", "3600"),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.05"),
     )
@@ -134,7 +127,7 @@ def test_signals_are_forwarded_and_the_confirmed_state_committed(
     assert stored_state(tmp_path / ".mapper-state", "job") == confirmed
     assert confirmed["bookmarks"]["s"] <= max(delivered(tmp_path))
     for pid in children:  # no child left running
-        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+        assert not pid_alive(pid)
     assert not (tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json").exists()
 
 
@@ -149,13 +142,6 @@ def _children_of(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry))
     return found
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def test_busy_lease_fails_at_once_without_starting_the_tap(tmp_path: Path) -> None:
@@ -186,17 +172,7 @@ def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> No
     holder = spawn_cli("--state-id", "job", cwd=tmp_path)
     wait_for_lease(tmp_path / ".mapper-state", "job")
     waiter = spawn_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        "--lock-wait-seconds",
-        "60",
-        "--lock-retry-seconds",
-        "0.1",
+        *job(tmp_path, "--lock-wait-seconds", "60", "--lock-retry-seconds", "0.1"),
         cwd=tmp_path,
         stderr=log.open("wb"),
     )
@@ -213,12 +189,11 @@ def test_sigterm_while_waiting_for_the_lease_exits_cleanly(tmp_path: Path) -> No
 
 def test_progress_line_on_a_terminal_and_quiet_json_logs_otherwise(tmp_path: Path) -> None:
     import pty
-    import subprocess
 
     from tests.helpers import MAPPER
 
     master, slave = pty.openpty()
-    args = ["run", "--state-id", "job", "--tap", TAP, "--target", target(tmp_path)]
+    args = job(tmp_path)
     env = clean_env(TINY_TAP_COUNT="25", TINY_TAP_SLEEP="0.1")
     proc = subprocess.Popen(
         [MAPPER, *args, "--checkpoint-interval-seconds", "0"],
@@ -253,15 +228,7 @@ def test_progress_line_on_a_terminal_and_quiet_json_logs_otherwise(tmp_path: Pat
 
 def test_a_broken_lease_stops_the_whole_run(tmp_path: Path) -> None:
     proc = spawn_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TAP,
-        "--target",
-        target(tmp_path),
-        "--lock-timeout-seconds",
-        "1.5",
+        *job(tmp_path, "--lock-timeout-seconds", "1.5"),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.5"),
     )
@@ -272,4 +239,4 @@ def test_a_broken_lease_stops_the_whole_run(tmp_path: Path) -> None:
     assert proc.returncode == 4, err
     assert b"lost the lease" in err
     for pid in children:
-        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+        assert not pid_alive(pid)

@@ -61,4 +61,5 @@ def test_the_install_doc_publishes_each_extras_size() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "install.md").read_text()
     for extra in ("(none)", "`[s3]`", "`[azure]`", "`[gcs]`", "`[postgres]`", "`[all]`"):
         assert f"| {extra} |" in doc, extra
-    assert "whl[s3]" in doc and "Meltano splits `pip_url` on spaces" in doc
+    assert "whl[s3]" in doc
+    assert "Meltano splits `pip_url` on spaces" in doc

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import ON_BOTH
-from tests.helpers import TINY_TAP, StoreCli, state_line, tiny_target
+from tests.helpers import StoreCli, state_line, tiny_run
 
 # singer-sdk's shapes: a plain bookmark, one with partitions, one still in progress
-SDK_STATE = {
+SDK_STATE: dict[str, Any] = {
     "bookmarks": {
         "users": {"replication_key": "updated_at", "replication_key_value": "2024-05-01"},
         "orders": {
@@ -85,11 +86,14 @@ def test_unknown_streams_change_nothing(store_cli: StoreCli) -> None:
         )
     assert cli.get("job") == CLASSIC_STATE
     missing = cli("state", "clear", "missing", "--stream", "s")
-    assert missing.returncode == 10 and b"missing not found" in missing.stderr
+    assert missing.returncode == 10
+    assert b"missing not found" in missing.stderr
     bad = cli("state", "set", "job", "--stream", "s", "not json")
-    assert bad.returncode == 6 and b"nothing was changed" in bad.stderr
+    assert bad.returncode == 6
+    assert b"nothing was changed" in bad.stderr
     null = cli("state", "set", "job", "--stream", "s", "null")
-    assert null.returncode == 6 and b"state clear job --stream s" in null.stderr
+    assert null.returncode == 6
+    assert b"state clear job --stream s" in null.stderr
     assert cli("state", "clear", "--all", "--stream", "s").returncode == 2
     assert cli.get("job") == CLASSIC_STATE
 
@@ -130,18 +134,7 @@ def test_run_extracts_only_the_refreshed_stream_and_keeps_the_rest(
     cli = store_cli
     cli.set("job", {"bookmarks": {"s": 5, "other": {"replication_key_value": "x"}}})
     report = tmp_path / "tap.json"
-    result = cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(tmp_path / "out.jsonl"),
-        "--full-refresh-stream",
-        "s",
-        TINY_TAP_REPORT=str(report),
-    )
+    result = cli(*tiny_run(tmp_path, "--full-refresh-stream", "s"), TINY_TAP_REPORT=str(report))
     assert result.returncode == 0, result.stderr
     # the tap got the state without s: it started s from the beginning
     assert json.loads(report.read_text())["state"] == {

@@ -95,7 +95,8 @@ def test_a_third_party_store_secret_is_redacted_and_listed_as_secret(
     assert result.returncode == 5
     err = result.stderr.decode()
     assert "tiny store refused the token ***" in err
-    assert token not in err and token not in result.stdout.decode()
+    assert token not in err
+    assert token not in result.stdout.decode()
 
     about = run_cli("--about", "--format", "json", env=_env(tiny_site))
     schema = json.loads(about.stdout)["settings"]["properties"]["state_backend"]["properties"]
@@ -129,7 +130,8 @@ def test_a_bug_in_a_store_is_exit_1_in_one_line_with_secrets_hidden(
     result = run_cli("state", "get", "a", "--state-backend-uri", "tiny://crash", env=env)
     assert result.returncode == 1
     err = result.stderr.decode()
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
     assert "internal error: RuntimeError: tiny store crashed holding the token ***" in err
     assert token not in err
 
@@ -142,4 +144,5 @@ def test_a_bug_in_a_store_is_exit_1_in_one_line_with_secrets_hidden(
         env={**env, "MAPPER_STATE_DEBUG": "1"},
     )
     assert debug.returncode == 1
-    assert b"Traceback" in debug.stderr and token.encode() not in debug.stderr
+    assert b"Traceback" in debug.stderr
+    assert token.encode() not in debug.stderr

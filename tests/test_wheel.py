@@ -180,7 +180,8 @@ def test_s3_with_the_s3_extra(installed_wheel: Installed, s3_location: StoreLoca
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout) == value
     blob = s3_location.open().read("prod:wheel/state.json")
-    assert blob is not None and json.loads(blob.data)["completed"]["singer_state"] == value
+    assert blob is not None
+    assert json.loads(blob.data)["completed"]["singer_state"] == value
     doctor = installed_wheel.run("doctor", "--format", "json", env=env)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
 

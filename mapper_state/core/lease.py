@@ -356,7 +356,7 @@ class Lease:
         def read() -> None:
             try:
                 found.append(read_lease(self.store, self.state_id))
-            except BaseException as exc:  # handed to the caller
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 failed.append(exc)
             finally:
                 done.set()
@@ -540,7 +540,7 @@ class Lease:
         def attempt() -> None:
             try:
                 self.renew()
-            except BaseException as exc:  # handed to the heartbeat
+            except BaseException as exc:  # noqa: BLE001 - handed to the heartbeat's thread
                 outcome.append(exc)
             finally:
                 done.set()

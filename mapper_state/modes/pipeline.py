@@ -273,7 +273,8 @@ def _supervise(children: Children, session: Session, progress: Progress) -> Outc
     reader = _confirmations(children, session, progress)
     target_closed = False
     try:
-        assert children.tap.stdout is not None and children.target.stdin is not None
+        assert children.tap.stdout is not None
+        assert children.target.stdin is not None
         enlarge_pipe(children.target.stdin.fileno())
         try:
             pump(

@@ -86,7 +86,8 @@ def stored(store: BlobStore, state_id: str) -> Any:
     if blob is None:
         return None
     doc = json.loads(blob.data)
-    assert isinstance(doc, dict) and "singer_state" in doc["completed"], doc
+    assert isinstance(doc, dict), doc
+    assert "singer_state" in doc["completed"], doc
     return doc["completed"]["singer_state"]
 
 

@@ -48,7 +48,8 @@ def test_state_clear_and_move_work_where_conditional_deletes_are_refused(
     assert cli.stored(direct, "move-me") is None
     assert cli.stored(direct, "moved") == {"id": "move-me"}
     assert proxy.count("DELETE", fault="error") >= 2, "no conditional delete was refused"
-    assert cli.lease_is_free(s3_location, "moved") and cli.lease_is_free(s3_location, "move-me")
+    assert cli.lease_is_free(s3_location, "moved")
+    assert cli.lease_is_free(s3_location, "move-me")
 
 
 def test_doctor_tells_a_refused_conditional_delete_from_a_failed_delete(
@@ -77,6 +78,7 @@ def test_doctor_names_the_check_that_stopped_the_others(
     proc = cli.run(faulty, "doctor", "--format", "json")
     report = json.loads(proc.stdout)
     skipped = [c for c in report["checks"] if c["name"] == "compare-and-swap"]
-    assert skipped and skipped[0]["status"] == "skipped", report
+    assert skipped, report
+    assert skipped[0]["status"] == "skipped", report
     assert "reachable and writable" not in skipped[0]["detail"], skipped
     assert skipped[0]["detail"].startswith(("the store is unreachable", "needs the write")), skipped

@@ -227,7 +227,8 @@ def test_local_files_and_temp_files_are_0600_whatever_the_umask(tmp_path: Path) 
         os.umask(old)
     assert json.loads(report.read_text())["state_file_mode"] == "0o600"
     files = [p for p in store.rglob("*") if p.is_file()]
-    assert any(p.name == "state.json" for p in files) and any("history" in p.parts for p in files)
+    assert any(p.name == "state.json" for p in files)
+    assert any("history" in p.parts for p in files)
     loose = {str(p.relative_to(store)): oct(stat.S_IMODE(p.stat().st_mode)) for p in files}
     assert all(mode == "0o600" for mode in loose.values()), loose
     dirs = {

@@ -163,7 +163,7 @@ def test_holders_never_overlap(
     counted = sum(1 for h in held if h.raw.get("counted"))
     conflicts = sum(1 for h in held if h.raw.get("conflict"))
     final = state.load(direct, state_id).value
-    injected = {}
+    injected: dict[str, int] = {}
     if proxy is not None:
         for r in proxy.requests():
             if r["fault"]:

@@ -99,7 +99,8 @@ def streams(draw: st.DrawFn) -> bytes:
     body = draw(st.lists(lines, max_size=30))
     endings = [draw(st.sampled_from([b"\n", b"\r\n"])) for _ in body]
     data = b"".join(line + end for line, end in zip(body, endings, strict=True))
-    if body and draw(st.booleans()):
+    no_final_newline: bool = draw(st.booleans())
+    if body and no_final_newline:
         data = data[: -len(endings[-1])]  # no final newline
     return data
 

@@ -38,7 +38,8 @@ def state_line(value: Any) -> bytes:
 
 def checks(proxy: Any) -> int:
     """Reads of the lease object the proxy has seen (the check after a lost answer is one)."""
-    return proxy.count("GET", path_contains=cli.LEASE_FILE)
+    count: int = proxy.count("GET", path_contains=cli.LEASE_FILE)
+    return count
 
 
 def finish(holder: subprocess.Popen[bytes], line: bytes) -> tuple[int, bytes, str]:
@@ -78,7 +79,8 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
         wait_until(lambda: checks(proxy) > seen, "a renewal's outcome checked", timeout=30)
         proxy.set_faults()
         renewed = cli.lease_record(direct, state_id)
-        assert renewed is not None and renewed["run_id"] == record["run_id"]
+        assert renewed is not None
+        assert renewed["run_id"] == record["run_id"]
         assert renewed["expires_at"] > record["expires_at"], "the renewal never landed"
     except BaseException:
         holder.kill()
@@ -131,7 +133,8 @@ def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_
         # never saw here): the takeover did not land, the check found so, nothing is held
         cli.one_line_error(err.encode())
         record = cli.lease_record(direct, state_id)
-        assert record is not None and record["run_id"] == "vanished", record
+        assert record is not None
+        assert record["run_id"] == "vanished", record
     else:
         assert code == 0, err
         assert cli.stored(direct, state_id) == {"taken": "over"}

@@ -35,7 +35,8 @@ def race(location: StoreLocation, state_id: str) -> list[tuple[int, str]]:
         proc.stdin.close()
     results = []
     for proc in procs:
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         err = proc.stderr.read()  # the stream's echo on stdout is one line: no pipe fills up
         proc.stdout.read()
         results.append((proc.wait(timeout=150), err.decode(errors="replace")))
@@ -63,7 +64,8 @@ def test_on_s3rver_every_racer_refuses_and_names_doctor(s3rver_location: StoreLo
         if code == ExitCode.STORE:  # s3rver itself failed a racing write (its files clash)
             continue
         assert code == ExitCode.UNSAFE_STORE, results
-        assert "ignores create-if-absent" in line and "mapper-state doctor" in line, line
+        assert "ignores create-if-absent" in line, line
+        assert "mapper-state doctor" in line, line
     assert codes.count(ExitCode.UNSAFE_STORE) >= RACERS // 2, results
     assert cli.stored(s3rver_location.open(), state_id) is None, "a racer stored its state"
 

@@ -202,7 +202,8 @@ def _hang_renewals(
     proxy.set_faults(blackhole=1.0, blackhole_seconds=120, **lease_writes(kind, state_id))
     time.sleep(0.5)  # a renewal already past the proxy lands; later ones hang
     record = cli.lease_record(direct, state_id)
-    assert record is not None and record["pid"] == holder.pid
+    assert record is not None
+    assert record["pid"] == holder.pid
     return record
 
 

@@ -35,7 +35,8 @@ class LeaseContract:
         if releases_by_delete(store):
             assert blob is None
         else:  # the store ignores delete conditions, or is not known to enforce them
-            assert record is not None and record.status == "released"
+            assert record is not None
+            assert record.status == "released"
 
     def test_renewal_keeps_a_lease_past_its_ttl(
         self, store: BlobStore, second_client: BlobStore
@@ -58,7 +59,8 @@ class LeaseContract:
         taker = Lease(second_client, "crash", ttl=30, run_id="taker")
         taker.acquire()
         record, _ = read_lease(store, "crash")
-        assert record is not None and record.run_id == "taker"
+        assert record is not None
+        assert record.run_id == "taker"
         with pytest.raises(LeaseLost):
             crashed.renew()  # the old holder learns it lost the lease
         taker.release()
@@ -125,5 +127,6 @@ class LeaseContract:
         new.acquire()
         old.release()
         record, _ = read_lease(store, "handover")
-        assert record is not None and record.run_id == "new"
+        assert record is not None
+        assert record.run_id == "new"
         new.release()

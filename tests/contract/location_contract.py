@@ -53,7 +53,8 @@ class PrefixContract:
             store = location.open(uri)
             assert store.display_uri == f"{scheme}://{b}/p"
             blob = store.read("id/state.json")
-            assert blob is not None and blob.data == b"{}"
+            assert blob is not None
+            assert blob.data == b"{}"
             assert list(store.list()) == ["id/state.json"]
         at_root = location.open(f"{scheme}://{b}")
         at_root.create("top", b"1")

@@ -23,7 +23,7 @@ def race(contenders: Sequence[Callable[[], bool]]) -> list[int]:
             if contender():
                 with lock:
                     won.append(i)
-        except BaseException as exc:  # re-raised in the test's thread below
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread below
             with lock:
                 crashed.append(exc)
 

@@ -53,14 +53,17 @@ class StoreContract:
         with pytest.raises(PreconditionFailed):
             store.create("a/lock", b"second")
         blob = store.read("a/lock")
-        assert blob is not None and blob.data == b"first"
+        assert blob is not None
+        assert blob.data == b"first"
 
     def test_replace_with_current_version(self, store: BlobStore) -> None:
         v1 = store.create("k", b"one")
         v2 = store.replace("k", b"two", if_version=v1)
         assert v2 != v1
         blob = store.read("k")
-        assert blob is not None and blob.data == b"two" and blob.version == v2
+        assert blob is not None
+        assert blob.data == b"two"
+        assert blob.version == v2
 
     def test_replace_with_stale_version_is_refused(self, store: BlobStore) -> None:
         v1 = store.create("k", b"one")
@@ -68,7 +71,8 @@ class StoreContract:
         with pytest.raises(PreconditionFailed):
             store.replace("k", b"three", if_version=v1)
         blob = store.read("k")
-        assert blob is not None and blob.data == b"two"
+        assert blob is not None
+        assert blob.data == b"two"
 
     def test_rewriting_the_same_state_gives_a_new_version(self, store: BlobStore) -> None:
         # S3's versions are content hashes: only unique bytes per write (a serial and the
@@ -171,14 +175,17 @@ class StoreContract:
         data = bytes(range(256)) * 8192  # 2 MiB
         store.create("big", data)
         blob = store.read("big")
-        assert blob is not None and blob.data == data
+        assert blob is not None
+        assert blob.data == data
 
     def test_second_client_sees_writes_and_conflicts(
         self, store: BlobStore, second_client: BlobStore
     ) -> None:
         v1 = store.create("shared", b"one")
         blob = second_client.read("shared")
-        assert blob is not None and blob.data == b"one" and blob.version == v1
+        assert blob is not None
+        assert blob.data == b"one"
+        assert blob.version == v1
         second_client.replace("shared", b"two", if_version=v1)
         with pytest.raises(PreconditionFailed):
             store.replace("shared", b"mine", if_version=v1)
@@ -197,7 +204,8 @@ class StoreContract:
             )
             assert len(winners) == 1
             blob = store.read(key)
-            assert blob is not None and blob.data == str(winners[0]).encode()
+            assert blob is not None
+            assert blob.data == str(winners[0]).encode()
 
     def test_racing_replaces_have_one_winner(
         self, store: BlobStore, second_client: BlobStore

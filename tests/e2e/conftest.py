@@ -39,6 +39,8 @@ import pytest
 
 from tests.e2e import tools
 from tests.pg import PostgresLocation, PostgresServer
+from tests.support.cli import invoke
+from tests.support.sdk import s3_client
 
 E2E_DIR = Path(__file__).resolve().parent
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -184,7 +186,7 @@ def discover_catalog(tap: Path, config: Path) -> dict[str, Any]:
                     "replication-key": "updated_at",
                 }
             )
-    return catalog
+    return dict(catalog)
 
 
 @pytest.fixture(scope="session")
@@ -291,7 +293,8 @@ def csv(real_tools: Tools, tmp_path: Path) -> Target:
 @pytest.fixture(params=["target-jsonl", "target-csv"])
 def target(request: pytest.FixtureRequest) -> Target:
     """Each real target in turn."""
-    return request.getfixturevalue("jsonl" if request.param == "target-jsonl" else "csv")
+    chosen: Target = request.getfixturevalue("jsonl" if request.param == "target-jsonl" else "csv")
+    return chosen
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -349,23 +352,16 @@ def _local_store(root: Path) -> Store:
 
 
 def _s3_store(location: Any) -> Store:
-    import boto3
-
     o = location.options
-    client = boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    )
+    client = s3_client(o)
 
     def read(key: str) -> bytes | None:
         try:
             obj = client.get_object(Bucket=location.bucket, Key=f"{location.prefix}/{key}")
         except client.exceptions.NoSuchKey:
             return None
-        return obj["Body"].read()
+        data: bytes = obj["Body"].read()
+        return data
 
     return Store("s3", dict(location.env), read)
 
@@ -469,18 +465,24 @@ class Mapper:
             (self.cwd / f"{run}.stderr").read_text(),
         )
 
+    def check(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        """A read-only command that checks what the runs left (``state get``, ``lock
+        status``), in this process: the runs under test are the real processes."""
+        return invoke(*args, cwd=self.cwd, env=self.env())
+
     def state_get(self, state_id: str) -> Any:
         """``mapper-state state get ID --format json``: the stored Singer state, or None."""
-        proc = self("state", "get", state_id, "--format", "json", timeout=60)
+        proc = self.check("state", "get", state_id, "--format", "json")
         if proc.returncode == 10:  # not found
             return None
-        assert proc.returncode == 0, f"state get {state_id} failed: {proc.stderr}"
+        assert proc.returncode == 0, f"state get {state_id} failed: {proc.stderr!r}"
         return json.loads(proc.stdout)
 
     def lock_status(self, state_id: str) -> dict[str, Any]:
-        proc = self("lock", "status", state_id, "--format", "json", timeout=60)
-        assert proc.returncode == 0, f"lock status {state_id} failed: {proc.stderr}"
-        return json.loads(proc.stdout)
+        proc = self.check("lock", "status", state_id, "--format", "json")
+        assert proc.returncode == 0, f"lock status {state_id} failed: {proc.stderr!r}"
+        status: dict[str, Any] = json.loads(proc.stdout)
+        return status
 
 
 @pytest.fixture

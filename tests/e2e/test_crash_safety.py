@@ -155,7 +155,8 @@ def test_mapper_state_killed_mid_run_next_run_takes_over_after_the_ttl(
     # at once: the dead run's lease still stands, so a run that does not wait fails,
     # naming the dead holder, and starts nothing
     dead = store.lease(state_id)
-    assert dead is not None and dead["pid"] == proc.pid, dead
+    assert dead is not None
+    assert dead["pid"] == proc.pid, dead
     busy = mapper.run(state_id, source, jsonl, "busy", *lease)
     assert busy.returncode == 3, busy.stderr
     assert f"is busy: held by run {dead['run_id']}" in busy.stderr

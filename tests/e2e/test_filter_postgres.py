@@ -15,6 +15,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.conftest import (
     Mapper,
@@ -89,7 +90,7 @@ class ShellPipeline:
     def pipestatus(self, run: str) -> list[int]:
         return [int(code) for code in (self.tmp / f"{run}.pipestatus").read_text().split()]
 
-    def stream(self, run: str) -> list[dict]:
+    def stream(self, run: str) -> list[dict[str, Any]]:
         """The messages that went from mapper-state (that is, from the tap) to the target."""
         return [json.loads(line) for line in (self.tmp / f"{run}.stream").read_text().splitlines()]
 
@@ -114,7 +115,7 @@ def test_shell_pipeline_hands_the_tap_the_locked_prior_state(
     # second run: while it runs, the lease is held by the mapper-state of this pipeline
     source.insert(6, 8)
     proc = shell.start("second")
-    holders: list[dict] = []
+    holders: list[dict[str, Any]] = []
 
     def lease_seen() -> bool:
         holder = store.lease(state_id)

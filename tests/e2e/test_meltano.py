@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import yaml
 
 from tests.e2e import tools
 from tests.helpers import clean_env
+from tests.support import lease
 
 pytestmark = pytest.mark.e2e
 
@@ -113,7 +115,8 @@ class Project:
             )
 
     def run(self, *pipeline: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return self.meltano("run", *(pipeline or PIPELINE), **env)
+        meltano: Callable[..., subprocess.CompletedProcess[str]] = self.meltano  # env: settings
+        return meltano("run", *(pipeline or PIPELINE), **env)
 
     def state_get(self, state_id: str) -> Any:
         result = self.meltano("--log-level=warning", "state", "get", state_id)
@@ -160,7 +163,9 @@ def make_project(
     return Project(root, env)
 
 
-def mapper_state(*args: str, env: dict[str, str] | None = None, input: bytes | None = None):  # type: ignore[no-untyped-def]
+def mapper_state(
+    *args: str, env: dict[str, str] | None = None, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [str(tools.mapper_state()), *args],
         env=env or clean_env(),
@@ -171,15 +176,32 @@ def mapper_state(*args: str, env: dict[str, str] | None = None, input: bytes | N
     )
 
 
-def wait_until_free(status_args: list[str], env: dict[str, str], timeout: float = 10) -> None:
+def run_sample(
+    tmp_path: Path, data: Path, out: Path, env: dict[str, str], **target_config: Any
+) -> subprocess.CompletedProcess[bytes]:
+    """``mapper-state run`` of STATE_ID from tap-sample reading ``data`` to target-jsonl
+    writing under ``out`` (their config files go to ``tmp_path``)."""
+    (tmp_path / "tap.json").write_text(json.dumps({"data_path": str(data)}))
+    (tmp_path / "target.json").write_text(
+        json.dumps({"destination_path": str(out), **target_config})
+    )
+    return mapper_state(
+        "run",
+        "--state-id",
+        STATE_ID,
+        "--tap",
+        f"{tools.project_bin('tap-sample')} --config {tmp_path / 'tap.json'}",
+        "--target",
+        f"{tools.target_jsonl()} --config {tmp_path / 'target.json'}",
+        env=env,
+    )
+
+
+def wait_until_free(status_args: list[str], env: dict[str, str]) -> None:
     """Once `meltano run` has returned, the lease goes within moments."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = mapper_state("lock", "status", *status_args, "--format", "json", env=env)
-        if json.loads(result.stdout)["free"]:
-            return
-        assert time.monotonic() < deadline, f"the lease was never released: {result.stdout!r}"
-        time.sleep(0.05)
+    lease.wait_until_free(
+        lambda: mapper_state("lock", "status", *status_args, "--format", "json", env=env)
+    )
 
 
 def assert_no_fencing_trouble(output: str) -> None:
@@ -232,21 +254,8 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
 
     # Meltano's state is also what the next `mapper-state run` hands its tap
     add_rows(data, 3)
-    (tmp_path / "tap.json").write_text(json.dumps({"data_path": str(data)}))
     out = tmp_path / "run-output"
-    (tmp_path / "target.json").write_text(
-        json.dumps({"destination_path": str(out), "do_timestamp_file": False})
-    )
-    run = mapper_state(
-        "run",
-        "--state-id",
-        STATE_ID,
-        "--tap",
-        f"{tools.project_bin('tap-sample')} --config {tmp_path / 'tap.json'}",
-        "--target",
-        f"{tools.target_jsonl()} --config {tmp_path / 'target.json'}",
-        env=ours,
-    )
+    run = run_sample(tmp_path, data, out, ours, do_timestamp_file=False)
     assert run.returncode == 0, run.stderr
     assert delivered(out) == [13, 14, 15]
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 15)}
@@ -272,7 +281,8 @@ def test_the_history_survives_meltano_state_clear(tmp_path: Path) -> None:
     history = mapper_state("state", "history", STATE_ID, "--format", "json", env=ours)
     snaps = json.loads(history.stdout)
     assert [s["singer_state"] for s in snaps] == [bookmark(data, 6), bookmark(data, 1)]
-    assert snaps[0]["written_by"] == "meltano run" and snaps[0]["current"]
+    assert snaps[0]["written_by"] == "meltano run"
+    assert snaps[0]["current"]
 
     cleared = project.meltano("state", "clear", "--force", STATE_ID)
     assert cleared.returncode == 0, cleared.stderr
@@ -488,19 +498,8 @@ def test_states_cross_between_meltano_and_mapper_state_on_s3(tmp_path: Path, s3_
     assert result.returncode == 0, result.stderr
     got = mapper_state("state", "get", STATE_ID, env=ours)
     assert json.loads(got.stdout) == bookmark(data, 2), got.stderr
-    (tmp_path / "tap.json").write_text(json.dumps({"data_path": str(data)}))
     out = tmp_path / "out"
-    (tmp_path / "target.json").write_text(json.dumps({"destination_path": str(out)}))
-    run = mapper_state(
-        "run",
-        "--state-id",
-        STATE_ID,
-        "--tap",
-        f"{tools.project_bin('tap-sample')} --config {tmp_path / 'tap.json'}",
-        "--target",
-        f"{tools.target_jsonl()} --config {tmp_path / 'target.json'}",
-        env=ours,
-    )
+    run = run_sample(tmp_path, data, out, ours)
     assert run.returncode == 0, run.stderr
     assert sorted(json.loads(line)["id"] for f in out.glob("*.jsonl") for line in f.open()) == [
         3,
@@ -513,8 +512,8 @@ def test_states_cross_between_meltano_and_mapper_state_on_s3(tmp_path: Path, s3_
     # goes back into mapper-state with `state import`
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 6)}
     other = {"bookmarks": {"other": {"replication_key_value": 7}}}
-    result = mapper_state("state", "set", "dev:tap-x-to-target-y", json.dumps(other), env=ours)
-    assert result.returncode == 0, result.stderr
+    written = mapper_state("state", "set", "dev:tap-x-to-target-y", json.dumps(other), env=ours)
+    assert written.returncode == 0, written.stderr
     assert project.state_get("dev:tap-x-to-target-y") == {"singer_state": other}
     listed = project.meltano("--log-level=warning", "state", "list")
     assert sorted(listed.stdout.split()) == sorted(["dev:tap-x-to-target-y", STATE_ID])

@@ -146,7 +146,7 @@ class AddonProject(Project):
             )
 
     def state(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return self.meltano("--log-level=warning", "state", *args, **env)
+        return self.meltano("--log-level=warning", "state", *args, **env)  # type: ignore[arg-type]
 
     def ok(self, *args: str, **env: str) -> str:
         result = self.state(*args, **env)
@@ -422,7 +422,8 @@ def test_incremental_runs(
     first = project.run(*pipeline)
     assert first.returncode == 0, first.stderr
     assert delivered(project.output) == list(range(1, 11))
-    assert "is busy" not in first.stderr and "Traceback" not in first.stderr, first.stderr
+    assert "is busy" not in first.stderr, first.stderr
+    assert "Traceback" not in first.stderr, first.stderr
     assert stored(backend, STATE_ID) == bookmark(data, 10)
     add_rows(data, 3)
     second = project.run(*pipeline)

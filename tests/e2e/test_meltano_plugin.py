@@ -25,6 +25,7 @@ import yaml
 from tests.dist import Dist
 from tests.e2e import tools
 from tests.e2e.test_meltano import add_rows, bookmark, delivered
+from tests.support import lease
 
 pytestmark = [pytest.mark.e2e, pytest.mark.wheel]
 
@@ -183,22 +184,14 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     assert json.loads(got.stdout) == bookmark(data, 13)
 
 
-def wait_until_free(venv: Path, project: Project, timeout: float = 15) -> None:
+def wait_until_free(venv: Path, project: Project) -> None:
     """The lease goes within moments of ``meltano run`` returning."""
-    deadline = time.monotonic() + timeout
     env = {
         **project.env,
         "MAPPER_STATE_STATE_BACKEND__URI": f"file://{project.root}/.meltano/state",
     }
-    while True:
-        status = subprocess.run(
-            [str(venv / "bin" / "mapper-state"), "lock", "status", STATE_ID, "--format", "json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if json.loads(status.stdout)["free"]:
-            return
-        assert time.monotonic() < deadline, f"the lease was never released: {status.stdout}"
-        time.sleep(0.1)
+    status = [str(venv / "bin" / "mapper-state"), "lock", "status", STATE_ID, "--format", "json"]
+    lease.wait_until_free(
+        lambda: subprocess.run(status, env=env, capture_output=True, text=True, check=False),
+        timeout=15,
+    )

@@ -147,7 +147,8 @@ def test_a_full_refresh_of_one_table_keeps_the_other_s_bookmark(
     assert second.returncode == 0, second.stderr
     assert delivered(jsonl, "second", tables) == {"events": [5, 6, 7], "users": [1, 2, 3, 4]}
     assert mapper.state_get(state_id)["bookmarks"] == tables.bookmarks(events=7, users=4)
-    assert "kept" not in second.stderr and "not committing" not in second.stderr
+    assert "kept" not in second.stderr
+    assert "not committing" not in second.stderr
 
     # the same through the store: clear one stream's bookmark, run as usual
     cleared = mapper("state", "clear", state_id, "--stream", tables.stream("events"))

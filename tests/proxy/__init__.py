@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tests.proxy.faults import FAULTS, FaultConfig
+from tests.support.processes import popen, stop
 
 __all__ = ["FAULTS", "FaultProxy", "ProxyUnavailable", "mitmdump_path"]
 
@@ -216,9 +217,8 @@ class FaultProxy:
             "--set", f"ready_file={self._ready_file}",
         ]  # fmt: skip
         with open(self.output_log, "ab") as out:
-            self._proc = subprocess.Popen(
+            self._proc = popen(  # dies with the process that started it, session or not
                 args,
-                stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, stopped as a whole
@@ -257,14 +257,7 @@ class FaultProxy:
         if proc is None:
             return
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop(proc, grace=STOP_SECONDS, group=True)
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything it left in its group

@@ -145,6 +145,37 @@ _REASONS = {
 }
 
 
+def _require(ok: bool, name: str, what: str, value: Any) -> None:
+    """Raise ``ValueError`` saying what ``name`` must be, unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{name}: {what}, not {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_list_of_str(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _rates(data: Mapping[str, Any]) -> dict[str, float]:
+    """Each fault's rate, checked: numbers in [0, 1] that add up to at most 1."""
+    rates: dict[str, float] = {}
+    for name in FAULTS:
+        rate = data.get(name, 0)
+        _require(_is_number(rate) and 0 <= rate <= 1, name, "a rate is a number in [0, 1]", rate)
+        if rate:
+            rates[name] = float(rate)
+    if sum(rates.values()) > 1 + 1e-9:
+        raise ValueError(f"the rates add up to more than 1: {rates}")
+    return rates
+
+
 @dataclass(frozen=True)
 class FaultConfig:
     """The control file's content, checked."""
@@ -183,54 +214,39 @@ class FaultConfig:
             raise ValueError(
                 f"unknown key(s) {sorted(unknown)}; known: {sorted((*FAULTS, *params))}"
             )
-        rates: dict[str, float] = {}
-        for name in FAULTS:
-            rate = data.get(name, 0)
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
-                raise ValueError(f"{name}: a rate is a number in [0, 1], not {rate!r}")
-            if rate:
-                rates[name] = float(rate)
-        if sum(rates.values()) > 1 + 1e-9:
-            raise ValueError(f"the rates add up to more than 1: {rates}")
-
+        rates = _rates(data)
         statuses = data.get("error_statuses", [500, 503])
-        if (
-            not isinstance(statuses, list)
-            or not statuses
-            or not all(_is_status(s) for s in statuses)
-        ):
-            raise ValueError(f"error_statuses: a non-empty list of statuses, not {statuses!r}")
+        _require(
+            isinstance(statuses, list) and bool(statuses) and all(_is_status(s) for s in statuses),
+            "error_statuses", "a non-empty list of statuses", statuses,
+        )  # fmt: skip
         throttle_status = data.get("throttle_status", 503)
-        if not _is_status(throttle_status):
-            raise ValueError(f"throttle_status: a status, not {throttle_status!r}")
+        _require(_is_status(throttle_status), "throttle_status", "a status", throttle_status)
         seconds = {}
         for name, default in (("delay_seconds", 1.0), ("blackhole_seconds", 3600.0)):
             value = data.get(name, default)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name}: a number of seconds >= 0, not {value!r}")
+            _require(_is_number(value) and value >= 0, name, "a number of seconds >= 0", value)
             seconds[name] = float(value)
-        match = data.get("match")
-        if match is not None and not isinstance(match, str):
-            raise ValueError(f"match: a string or null, not {match!r}")
-        body_match = data.get("body_match")
-        if body_match is not None and not isinstance(body_match, str):
-            raise ValueError(f"body_match: a string or null, not {body_match!r}")
+        match, body_match = data.get("match"), data.get("body_match")
+        _require(match is None or isinstance(match, str), "match", "a string or null", match)
+        _require(
+            body_match is None or isinstance(body_match, str),
+            "body_match", "a string or null", body_match,
+        )  # fmt: skip
         methods = data.get("methods")
-        if methods is not None and (
-            not isinstance(methods, list) or not all(isinstance(m, str) for m in methods)
-        ):
-            raise ValueError(f"methods: a list of HTTP methods or null, not {methods!r}")
+        _require(
+            methods is None or _is_list_of_str(methods),
+            "methods", "a list of HTTP methods or null", methods,
+        )  # fmt: skip
         max_faults = data.get("max_faults")
-        if max_faults is not None and (
-            isinstance(max_faults, bool) or not isinstance(max_faults, int) or max_faults < 0
-        ):
-            raise ValueError(f"max_faults: an integer >= 0 or null, not {max_faults!r}")
+        _require(
+            max_faults is None or _is_count(max_faults),
+            "max_faults", "an integer >= 0 or null", max_faults,
+        )  # fmt: skip
         skip = data.get("skip", 0)
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-            raise ValueError(f"skip: an integer >= 0, not {skip!r}")
+        _require(_is_count(skip), "skip", "an integer >= 0", skip)
         headers = data.get("headers", [])
-        if not isinstance(headers, list) or not all(isinstance(h, str) for h in headers):
-            raise ValueError(f"headers: a list of header names, not {headers!r}")
+        _require(_is_list_of_str(headers), "headers", "a list of header names", headers)
         return cls(
             skip=skip,
             headers=tuple(h.lower() for h in headers),
@@ -517,7 +533,8 @@ class FaultInjector:
 
 
 def _path(flow: "http.HTTPFlow") -> str:
-    return flow.request.path.split("?", 1)[0]
+    path: str = flow.request.path
+    return path.split("?", 1)[0]
 
 
 addons = [FaultInjector()]

@@ -76,8 +76,10 @@ def test_wrong_account_key_is_one_line_without_the_secret(azure_location: StoreL
     with pytest.raises(StoreAccessDenied) as caught:
         open_store(azure_location.uri, {"azure": options}).read("id/state.json")
     message = caught.value.message
-    assert "Azure refused read" in message and "\n" not in message
-    assert wrong_key not in message and "AccountKey" not in message
+    assert "Azure refused read" in message
+    assert "\n" not in message
+    assert wrong_key not in message
+    assert "AccountKey" not in message
 
 
 @pytest.mark.parametrize(
@@ -131,7 +133,8 @@ def test_unreachable_endpoint_fails_in_bounded_time(azure_location: StoreLocatio
         store.read("id/state.json")
     assert time.monotonic() - started < 10
     assert "cannot reach Azure Blob Storage at 127.0.0.1" in caught.value.message
-    assert "attempts" in caught.value.message and AZURITE_KEY not in caught.value.message
+    assert "attempts" in caught.value.message
+    assert AZURITE_KEY not in caught.value.message
 
 
 def azurite_port(location: StoreLocation) -> int:
@@ -143,7 +146,8 @@ def test_connection_resets_are_retried(azure_location: StoreLocation) -> None:
     with FlakyProxy(azurite_port(azure_location), resets=3) as proxy:
         options = {"connection_string": connection_string(azure_location, port=proxy.port)}
         blob = open_store(azure_location.uri, {"azure": options}).read("id/state.json")
-    assert blob is not None and blob.data == b"kept"
+    assert blob is not None
+    assert blob.data == b"kept"
     assert proxy.accepted > 3
 
 
@@ -155,7 +159,9 @@ def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
         store = open_store(azure_location.uri, {"azure": options})
         version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 409 on the retry
         blob = store.read("id/mapper-state.lease.json")
-    assert blob is not None and blob.data == b"mine" and blob.version == version
+    assert blob is not None
+    assert blob.data == b"mine"
+    assert blob.version == version
     assert proxy.accepted >= 2
 
 
@@ -187,5 +193,6 @@ def test_account_url_without_an_azure_identity_is_access_denied(
     started = time.monotonic()
     with pytest.raises(StoreAccessDenied) as caught:
         open_store("azure://container/p", {"azure": options}).read("id/state.json")
-    assert "Azure refused read" in caught.value.message and "\n" not in caught.value.message
+    assert "Azure refused read" in caught.value.message
+    assert "\n" not in caught.value.message
     assert time.monotonic() - started < 20

@@ -64,7 +64,9 @@ def test_versions_are_generations(gcs_location: StoreLocation) -> None:
     store = gcs_location.open()
     v1 = store.create("id/state.json", b"1")
     v2 = store.replace("id/state.json", b"1", if_version=v1)
-    assert v1.isdigit() and v2.isdigit() and int(v2) > int(v1)
+    assert v1.isdigit()
+    assert v2.isdigit()
+    assert int(v2) > int(v1)
 
 
 def test_missing_bucket_is_a_clear_error(gcs_location: StoreLocation) -> None:
@@ -101,7 +103,8 @@ def test_bad_credentials_settings_name_the_setting_not_the_secret(
     with pytest.raises(ConfigError) as caught:
         open_store("gs://bucket/prefix", {"gcs": options})
     assert f"state_backend.gcs.{named}" in caught.value.message
-    assert "s3cr3t" not in caught.value.message and "\n" not in caught.value.message
+    assert "s3cr3t" not in caught.value.message
+    assert "\n" not in caught.value.message
 
 
 def test_credentials_file_is_read(tmp_path: Path, gcs_location: StoreLocation) -> None:
@@ -152,7 +155,8 @@ def test_connection_resets_are_retried(
     with FlakyProxy(port_of(gcs_location), resets=3) as proxy:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.port}")
         blob = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {}).read("id/state.json")
-    assert blob is not None and blob.data == b"kept"
+    assert blob is not None
+    assert blob.data == b"kept"
     assert proxy.accepted > 3
 
 
@@ -164,7 +168,9 @@ def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
         store = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {})
         version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 412 on the retry
         blob = store.read("id/mapper-state.lease.json")
-    assert blob is not None and blob.data == b"mine" and blob.version == version
+    assert blob is not None
+    assert blob.data == b"mine"
+    assert blob.version == version
     assert proxy.accepted >= 2
 
 
@@ -190,7 +196,9 @@ def test_gcp_storage_emulator_ignores_every_precondition(
     store.create("k", b"2")  # GCS: 412
     store.replace("k", b"3", if_version=v1)  # GCS: 412
     blob = store.read("k")
-    assert blob is not None and blob.data == b"3" and blob.version != v1
+    assert blob is not None
+    assert blob.data == b"3"
+    assert blob.version != v1
 
 
 def test_opening_other_stores_imports_no_google_sdk() -> None:

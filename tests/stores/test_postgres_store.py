@@ -126,7 +126,7 @@ def test_racing_first_writes_create_the_table_once(pg_location: PostgresLocation
         barrier.wait()
         try:
             stores[i].create(f"id-{i}/state.json", b"{}")
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(exc)
 
     threads = [threading.Thread(target=first_write, args=(i,)) for i in range(len(stores))]
@@ -205,11 +205,13 @@ def test_a_create_whose_answer_was_lost_is_not_a_conflict(pg_location: PostgresL
             real_execute("SELECT pg_terminate_backend(pg_backend_pid())")
         return result
 
-    conn.execute = lose_the_answer  # type: ignore[method-assign]
+    conn.execute = lose_the_answer
     version = store.create("id/mapper-state.lease.json", b"mine")
     assert calls == ["lost"]
     blob = pg_location.open().read("id/mapper-state.lease.json")
-    assert blob is not None and blob.data == b"mine" and blob.version == version
+    assert blob is not None
+    assert blob.data == b"mine"
+    assert blob.version == version
 
 
 # -- settings, passwords, errors ---------------------------------------------------------
@@ -228,8 +230,11 @@ def test_bad_uris_are_config_errors_without_the_password(uri: str, named: str) -
     with pytest.raises(ConfigError) as caught:
         open_store(uri, {"postgres": {"password": "setting-pw"}})
     message = caught.value.message
-    assert named in message and "state_backend.uri" in message
-    assert "s3cr" not in message and "setting-pw" not in message and "\n" not in message
+    assert named in message
+    assert "state_backend.uri" in message
+    assert "s3cr" not in message
+    assert "setting-pw" not in message
+    assert "\n" not in message
 
 
 def test_password_sources_in_order(pg_location: PostgresLocation, tmp_path: Path) -> None:
@@ -299,11 +304,13 @@ def test_a_wrong_password_is_exit_5_naming_the_setting(pg_location: PostgresLoca
         result = run_cli("--state-id", "dev:tap-to-target", env=env, input=state_line({"a": 1}))
         err = result.stderr.decode()
         assert result.returncode == 5, err
-        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.count("\n") == 1, err
+        assert "Traceback" not in err, err
         assert "PostgreSQL refused the connection as postgres" in err
         assert "password authentication failed" in err
         assert "state_backend.postgres.password" in err
-        assert wrong not in err and result.stdout == b""
+        assert wrong not in err
+        assert result.stdout == b""
         assert "attempts" not in err, "credentials refused are not retried"
     # no password at all: libpq finds none, the server asks for one
     nothing = {k: v for k, v in pg_env(pg_location).items() if "PASSWORD" not in k}
@@ -354,12 +361,14 @@ def test_the_password_never_appears_in_any_output(
         "state", "list", "--state-backend-uri", gone, "--lock-timeout-seconds", "3", env=env
     )
     assert failed.returncode == 5
-    assert b"cannot reach PostgreSQL" in failed.stderr and b"attempts" in failed.stderr
+    assert b"cannot reach PostgreSQL" in failed.stderr
+    assert b"attempts" in failed.stderr
     outputs += [failed.stdout, failed.stderr]
     leaks = [o.decode(errors="replace") for o in outputs if pw.encode() in o]
     assert leaks == []
     stored = b"".join(data for _, data, _ in pg_location.rows())
-    assert b'"command"' in stored and pw.encode() not in stored
+    assert b'"command"' in stored
+    assert pw.encode() not in stored
 
 
 def test_a_role_without_create_gets_one_line_naming_the_privilege(
@@ -374,7 +383,8 @@ def test_a_role_without_create_gets_one_line_naming_the_privilege(
         store.create("id/state.json", b"{}")
     message = caught.value.message
     assert message.startswith(f"the PostgreSQL role {role} may not create the table public.")
-    assert "it lacks CREATE on schema public" in message and "\n" not in message
+    assert "it lacks CREATE on schema public" in message
+    assert "\n" not in message
 
     env = pg_env(
         pg_location,
@@ -383,7 +393,8 @@ def test_a_role_without_create_gets_one_line_naming_the_privilege(
     )
     result = run_cli("--state-id", "x", env=env, input=state_line({"a": 1}))
     err = result.stderr.decode()
-    assert result.returncode == 5 and err.count("\n") == 1, err
+    assert result.returncode == 5, err
+    assert err.count("\n") == 1, err
     assert "lacks CREATE on schema public" in err
     doctor = run_cli("doctor", env=env)
     assert doctor.returncode == 5
@@ -508,7 +519,8 @@ def test_a_stuck_server_cannot_hold_a_call_past_the_deadline(
     # stopped: thawed, it may still apply it, as any write whose answer was lost may land;
     # the version check keeps that harmless (a takeover in between makes it fail).
     blob = store.read("id/lease")
-    assert blob is not None and blob.data in (b"2", b"3")
+    assert blob is not None
+    assert blob.data in (b"2", b"3")
 
 
 def test_a_frozen_server_cannot_keep_the_heartbeat_from_giving_the_lease_up(

@@ -103,7 +103,8 @@ def test_bad_settings_are_refused_naming_the_setting(options: dict[str, str], na
     with pytest.raises(ConfigError) as caught:
         open_store("s3://bucket/prefix", {"s3": options})
     assert named in caught.value.message
-    assert "s3cr3t" not in caught.value.message and "t0ken" not in caught.value.message
+    assert "s3cr3t" not in caught.value.message
+    assert "t0ken" not in caught.value.message
 
 
 def test_uri_without_bucket_is_refused() -> None:
@@ -135,7 +136,8 @@ def test_wrong_credentials_are_one_line_without_the_secret(moto_auth_server: Emu
         with pytest.raises(StoreAccessDenied) as caught:
             open_store("s3://signed/p", {"s3": bad}).read("id/state.json")
         message = caught.value.message
-        assert code in message and "s3://signed/p/id/state.json" in message
+        assert code in message
+        assert "s3://signed/p/id/state.json" in message
         assert "\n" not in message
         assert bad["aws_secret_access_key"] not in message
 
@@ -173,7 +175,8 @@ def test_connection_resets_are_retried(s3_location: StoreLocation) -> None:
     with FlakyProxy(port, resets=4) as proxy:
         store = s3_location.open(endpoint_url=f"http://127.0.0.1:{proxy.port}")
         blob = store.read("id/state.json")
-    assert blob is not None and blob.data == b"kept"
+    assert blob is not None
+    assert blob.data == b"kept"
     assert proxy.accepted > 4
 
 
@@ -185,7 +188,9 @@ def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
         store = s3_location.open(endpoint_url=f"http://127.0.0.1:{proxy.port}")
         version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 412 on the retry
         blob = store.read("id/mapper-state.lease.json")
-    assert blob is not None and blob.data == b"mine" and blob.version == version
+    assert blob is not None
+    assert blob.data == b"mine"
+    assert blob.version == version
     assert proxy.accepted >= 2
 
 
