@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,9 @@ def test_record_with_keep_zero_keeps_nothing() -> None:
 def test_names_sort_by_time_even_when_the_clock_goes_back() -> None:
     store = MemoryStore()
     future = "29991231T235959.999990Z-other-host"
-    store.create(f"job/history/{future}.json", orjson.dumps({"singer_state": {"a": 1}}))
+    store.create(
+        f".mapper-state/history/job/{future}.json", orjson.dumps({"singer_state": {"a": 1}})
+    )
     history.record(store, "job", {"a": 2}, run_id="late", keep=5)
     names = history.snapshot_names(store, "job")
     assert names[0] == future
@@ -239,7 +242,7 @@ def test_history_survives_the_state_folder_being_deleted(store_cli: StoreCli) ->
     assert cli.get("dev:tap-to-target") == bookmarks(users=2)
 
 
-def test_history_in_the_old_place_is_read_and_moved_on_the_next_write() -> None:
+def test_history_in_the_old_place_costs_no_request_until_state_migrate_moves_it() -> None:
     store = MemoryStore()
     ops.set_state(store, "job", bookmarks(users=1), GUARD)
     # a snapshot an earlier version kept beside the state, older than the one just written
@@ -247,14 +250,23 @@ def test_history_in_the_old_place_is_read_and_moved_on_the_next_write() -> None:
     doc = {"run_id": "old-run", "note": "", "singer_state": bookmarks(users=0)}
     store.create(f"job/history/{old_name}.json", orjson.dumps(doc))
 
-    snaps = history.list_snapshots(store, "job")
-    assert snaps[0].name == old_name
-    assert len(snaps) == 2
-    old = history.read_snapshot(store, "job", old_name)
-    assert old is not None
-    assert old.value == bookmarks(users=0)
+    listed: list[str] = []
+    real_list = store.list
 
-    ops.set_state(store, "job", bookmarks(users=2), GUARD)  # the next write moves it
+    def counting_list(prefix: str = "") -> Iterator[str]:
+        listed.append(prefix)
+        return real_list(prefix)
+
+    store.list = counting_list  # type: ignore[method-assign]
+    ops.set_state(store, "job", bookmarks(users=2), GUARD)  # a write lists the new place only
+    assert "job/history/" not in listed, listed
+    assert [s.value for s in history.list_snapshots(store, "job")] == [
+        bookmarks(users=1),
+        bookmarks(users=2),
+    ]
+    store.list = real_list  # type: ignore[method-assign]
+
+    assert history.migrate_legacy(store) == 1  # `state migrate`, or `meltano upgrade`
     assert not [k for k in store.list("job/") if "/history/" in k]
     assert f".mapper-state/history/job/{old_name}.json" in set(store.list())
     assert [s.value for s in history.list_snapshots(store, "job")] == [
@@ -264,6 +276,14 @@ def test_history_in_the_old_place_is_read_and_moved_on_the_next_write() -> None:
     ]
     assert history.delete_all(store, "job") == 3
     assert sorted(store.list()) == ["job/state.json"]
+
+
+def test_clearing_the_history_also_removes_what_an_earlier_version_left() -> None:
+    store = MemoryStore()
+    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    store.create("job/history/20200101T000000.000000Z-old-run.json", b'{"singer_state": {}}')
+    assert history.delete_all(store, "job") == 2
+    assert history.migrate_legacy(store) == 0  # nothing comes back
 
 
 def test_listing_states_does_not_page_through_the_history(s3_location: StoreLocation) -> None:

@@ -8,8 +8,10 @@ Meltano cleared. No state ID starts with ``.mapper-state``, Meltano finds states
 by their ``state.json`` keys, and ``state list`` skips the reserved prefix without
 listing it (:data:`HISTORY_ROOT`), so the history never costs a listing of states.
 
-Earlier versions kept snapshots beside the state, in ``<state_id>/history/``: those are
-still read (both places are merged), and moved to the new place on the next write.
+Earlier versions kept snapshots beside the state, in ``<state_id>/history/``. Those are
+moved here once, by ``mapper-state state migrate`` (or ``meltano upgrade`` with the state
+backend add-on: :func:`migrate_legacy`), and are not read before that: a run lists only
+the new place, so the old one costs no request per run.
 
 Names sort by time; only the newest ``keep`` snapshots are kept. A snapshot holds the
 Singer state together with who wrote it:
@@ -106,19 +108,21 @@ def _safe_run_id(run_id: str) -> str:
 
 
 def _found(store: BlobStore, state_id: str) -> dict[str, str]:
-    """``{snapshot name: key}`` in both places; the new place wins a name found in both."""
-    found = {}
-    for prefix, key_of in (
-        (legacy_prefix(state_id), legacy_key),
-        (history_prefix(state_id), snapshot_key),
-    ):
-        for name in names_in(list(store.list(prefix)), prefix):
-            found[name] = key_of(state_id, name)
-    return found
+    """``{snapshot name: key}``: one listing of the state's history."""
+    prefix = history_prefix(state_id)
+    return {
+        name: snapshot_key(state_id, name) for name in names_in(list(store.list(prefix)), prefix)
+    }
+
+
+def _found_legacy(store: BlobStore, state_id: str) -> dict[str, str]:
+    """``{snapshot name: key}`` of what an earlier version kept in ``<state_id>/history/``."""
+    prefix = legacy_prefix(state_id)
+    return {name: legacy_key(state_id, name) for name in names_in(list(store.list(prefix)), prefix)}
 
 
 def snapshot_names(store: BlobStore, state_id: str) -> list[str]:
-    """The names of the state's snapshots, oldest first (both places merged)."""
+    """The names of the state's snapshots, oldest first."""
     return sorted(_found(store, state_id))
 
 
@@ -148,8 +152,7 @@ def read_snapshot(store: BlobStore, state_id: str, name: str) -> Snapshot | None
     """The snapshot called ``name``, or ``None`` when it is gone or unreadable."""
     if not _NAME.match(name):
         return None
-    found = _read_at(store, snapshot_key(state_id, name), name)
-    return found or _read_at(store, legacy_key(state_id, name), name)
+    return _read_at(store, snapshot_key(state_id, name), name)
 
 
 def list_snapshots(store: BlobStore, state_id: str) -> list[Snapshot]:
@@ -228,7 +231,6 @@ def write_snapshot(
     if keep <= 0:
         return None
     found = _found(store, state_id)
-    _migrate(store, state_id, found)
     names = sorted(found)
     run_id = _safe_run_id(run_id)
     for _ in range(5):
@@ -321,11 +323,12 @@ def prune(store: BlobStore, state_id: str, keep: int, found: dict[str, str] | No
 
 
 def delete_all(store: BlobStore, state_id: str) -> int:
-    """Remove every snapshot of the state, in both places; return how many there were."""
-    found = _found(store, state_id)
-    for key in found.values():
+    """Remove every snapshot of the state, those an earlier version kept beside it too (so
+    that a later ``state migrate`` brings none back); return how many there were."""
+    keys = [*_found(store, state_id).values(), *_found_legacy(store, state_id).values()]
+    for key in keys:
         store.delete(key)
-    return len(found)
+    return len(keys)
 
 
 def find(snapshots: list[Snapshot], ref: str) -> list[Snapshot]:

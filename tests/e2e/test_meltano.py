@@ -273,6 +273,9 @@ def test_the_history_survives_meltano_state_clear(tmp_path: Path) -> None:
     old = store / STATE_ID / "history" / "20200101T000000.000000Z-earlier.json"
     old.parent.mkdir(parents=True)
     old.write_text(json.dumps({"run_id": "earlier", "singer_state": bookmark(data, 1)}))
+    migrated = mapper_state("state", "migrate", env=ours)  # once, after upgrading
+    assert migrated.returncode == 0, migrated.stderr
+    assert b"moved 1 snapshot" in migrated.stdout
 
     first = project.run()
     assert first.returncode == 0, first.stderr
