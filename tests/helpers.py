@@ -233,16 +233,13 @@ def tiny_target(out: Path) -> str:
     return f"{sys.executable} {FIXTURES / 'tiny_target.py'} {out}"
 
 
+def tiny_tap_run(target: str, *extra: str) -> list[str]:
+    """``run`` of state ID ``job`` from the tiny tap to ``target`` (a command line), then
+    ``extra``: the arguments, without the command."""
+    return ["run", "--state-id", "job", "--tap", TINY_TAP, "--target", target, *extra]
+
+
 def tiny_run(workdir: Path, *extra: str) -> list[str]:
     """``run`` of state ID ``job`` from the tiny tap to the tiny target (writing
     ``workdir/out.jsonl``), then ``extra``: the arguments, without the command."""
-    return [
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(workdir / "out.jsonl"),
-        *extra,
-    ]
+    return tiny_tap_run(tiny_target(workdir / "out.jsonl"), *extra)
