@@ -8,7 +8,7 @@ import pty
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,12 @@ def run_cli(
     cwd: Path | str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 120,
+    parent: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[bytes]:
+    """``mapper-state *args`` in a process of its own; ``parent``: a command line that starts
+    it (given the command as its arguments), e.g. a shell standing in for Meltano."""
     return subprocess.run(
-        [MAPPER, *args],
+        [*parent, MAPPER, *args],
         input=input,
         capture_output=True,
         cwd=cwd,
