@@ -246,3 +246,8 @@ def tiny_run(workdir: Path, *extra: str) -> list[str]:
     """``run`` of state ID ``job`` from the tiny tap to the tiny target (writing
     ``workdir/out.jsonl``), then ``extra``: the arguments, without the command."""
     return tiny_tap_run(tiny_target(workdir / "out.jsonl"), *extra)
+
+
+def refreshing(*streams: str) -> list[str]:
+    """``--full-refresh-stream`` for each of ``streams``."""
+    return [arg for stream in streams for arg in ("--full-refresh-stream", stream)]
