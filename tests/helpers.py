@@ -8,7 +8,7 @@ import pty
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,12 @@ def run_cli(
     cwd: Path | str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 120,
+    parent: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[bytes]:
+    """``mapper-state *args`` in a process of its own; ``parent``: a command line that starts
+    it (given the command as its arguments), e.g. a shell standing in for Meltano."""
     return subprocess.run(
-        [MAPPER, *args],
+        [*parent, MAPPER, *args],
         input=input,
         capture_output=True,
         cwd=cwd,
@@ -233,16 +236,18 @@ def tiny_target(out: Path) -> str:
     return f"{sys.executable} {FIXTURES / 'tiny_target.py'} {out}"
 
 
+def tiny_tap_run(target: str, *extra: str) -> list[str]:
+    """``run`` of state ID ``job`` from the tiny tap to ``target`` (a command line), then
+    ``extra``: the arguments, without the command."""
+    return ["run", "--state-id", "job", "--tap", TINY_TAP, "--target", target, *extra]
+
+
 def tiny_run(workdir: Path, *extra: str) -> list[str]:
     """``run`` of state ID ``job`` from the tiny tap to the tiny target (writing
     ``workdir/out.jsonl``), then ``extra``: the arguments, without the command."""
-    return [
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(workdir / "out.jsonl"),
-        *extra,
-    ]
+    return tiny_tap_run(tiny_target(workdir / "out.jsonl"), *extra)
+
+
+def refreshing(*streams: str) -> list[str]:
+    """``--full-refresh-stream`` for each of ``streams``."""
+    return [arg for stream in streams for arg in ("--full-refresh-stream", stream)]

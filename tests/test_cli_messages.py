@@ -36,6 +36,13 @@ STORE_COMMANDS = [
     ("lock", "break"),
     ("doctor",),
 ]
+#: The main commands, whose help shows an example: the filter, ``run``, and the store
+#: commands but those that copy or merge states.
+HELP_WITH_EXAMPLES: list[tuple[str, ...]] = [
+    (),
+    ("run",),
+    *(c for c in STORE_COMMANDS if c[-1] not in {"merge", "copy", "move", "export", "import"}),
+]
 READ_ONLY = [
     ("state", "list"),
     ("state", "get"),
@@ -275,20 +282,7 @@ def test_the_usage_line_is_two_plain_forms() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [
-        (),
-        ("run",),
-        ("state", "list"),
-        ("state", "get"),
-        ("state", "set"),
-        ("state", "clear"),
-        ("state", "history"),
-        ("state", "diff"),
-        ("state", "rollback"),
-        ("lock", "status"),
-        ("lock", "break"),
-        ("doctor",),
-    ],
+    HELP_WITH_EXAMPLES,
     ids=lambda c: " ".join(c) or "filter",
 )
 def test_the_main_commands_help_has_examples(command: tuple[str, ...]) -> None:

@@ -8,34 +8,15 @@ import json
 import pytest
 
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, state_line
+from tests.helpers import StoreCli, refreshing, state_line
+from tests.support.states import sdk_bookmarks
 
 BEFORE = {
-    "bookmarks": {
-        "users": {"replication_key": "updated_at", "replication_key_value": "2024-01-01"},
-        "orders": {
-            "partitions": [
-                {"context": {"shop": 1}, "replication_key_value": 10},
-                {"context": {"shop": 2}, "replication_key_value": 20},
-            ]
-        },
-        "gone": {"id": 1},
-        "same": {"id": 2},
-    },
+    "bookmarks": {**sdk_bookmarks("2024-01-01", [10, 20]), "gone": {"id": 1}, "same": {"id": 2}},
     "currently_syncing": "users",
 }
 AFTER = {
-    "bookmarks": {
-        "users": {"replication_key": "updated_at", "replication_key_value": "2024-02-01"},
-        "orders": {
-            "partitions": [
-                {"context": {"shop": 1}, "replication_key_value": 15},
-                {"context": {"shop": 2}, "replication_key_value": 20},
-            ]
-        },
-        "added": {"id": 3},
-        "same": {"id": 2},
-    },
+    "bookmarks": {**sdk_bookmarks("2024-02-01", [15, 20]), "added": {"id": 3}, "same": {"id": 2}},
     "currently_syncing": None,
 }
 
@@ -45,7 +26,7 @@ def test_diff_of_the_last_run_per_stream(store_cli: StoreCli) -> None:
     cli = store_cli
     cli.set("job", BEFORE)
     # a pipeline run moves the bookmarks (the filter commits, then keeps its snapshot)
-    run = cli("--state-id", "job", "--full-refresh-stream", "gone", input=state_line(AFTER))
+    run = cli("--state-id", "job", *refreshing("gone"), input=state_line(AFTER))
     assert run.returncode == 0, run.stderr
 
     text = cli("state", "diff", "job")

@@ -209,29 +209,31 @@ def test_error_applied_reaches_the_server_but_answers_an_error(
 # -- connections closed, answers lost ------------------------------------------------
 
 
-def test_reset_closes_the_connection_without_forwarding(
-    proxy: FaultProxy, client: Any, direct: Any, bucket: str
+@pytest.mark.parametrize(
+    ("fault", "upstream_status"),
+    [("reset", None), ("drop_response", 200)],
+    ids=["reset closes without forwarding", "drop_response applies then closes"],
+)
+def test_reset_and_drop_response_close_the_connection(
+    proxy: FaultProxy,
+    client: Any,
+    direct: Any,
+    bucket: str,
+    fault: str,
+    upstream_status: int | None,
 ) -> None:
-    proxy.set_faults(reset=1.0)
-    with pytest.raises(ConnectionClosedError):
-        client.put_object(Bucket=bucket, Key="k", Body=b"x")
-    assert not exists(direct, bucket, "k")
-    [record] = proxy.requests()
-    assert (record["fault"], record["status"], record["upstream_status"]) == ("reset", None, None)
-
-
-def test_drop_response_applies_the_request_then_closes_the_connection(
-    proxy: FaultProxy, client: Any, direct: Any, bucket: str
-) -> None:
-    proxy.set_faults(drop_response=1.0)
+    proxy.set_faults(**{fault: 1.0})
     with pytest.raises(ConnectionClosedError):
         client.put_object(Bucket=bucket, Key="k", Body=b"applied")
-    assert direct.get_object(Bucket=bucket, Key="k")["Body"].read() == b"applied"
+    applied = upstream_status is not None
+    assert exists(direct, bucket, "k") is applied
+    if applied:
+        assert direct.get_object(Bucket=bucket, Key="k")["Body"].read() == b"applied"
     [record] = proxy.requests()
     assert (record["fault"], record["status"], record["upstream_status"]) == (
-        "drop_response",
+        fault,
         None,
-        200,
+        upstream_status,
     )
 
 
@@ -299,20 +301,39 @@ def test_faults_change_while_the_proxy_runs(proxy: FaultProxy, client: Any, buck
     assert [r["fault"] for r in proxy.requests()] == [None, "error", "reset", None]
 
 
-def test_match_and_methods_choose_the_requests_to_fault(
-    proxy: FaultProxy, client: Any, bucket: str
+@pytest.mark.parametrize(
+    ("chooser", "spared", "faulted"),
+    [
+        ({"match": "/lease"}, ("p/state.json", b"{}"), ("p/lease", b"{}")),
+        ({"body_match": "needle"}, ("a", b"hay"), ("b", b"hay with a needle")),
+    ],
+    ids=["match", "body_match"],
+)
+def test_match_and_body_match_choose_the_requests_to_fault(
+    proxy: FaultProxy,
+    client: Any,
+    bucket: str,
+    chooser: dict[str, str],
+    spared: tuple[str, bytes],
+    faulted: tuple[str, bytes],
 ) -> None:
-    proxy.set_faults(error=1.0, match="/lease")
-    client.put_object(Bucket=bucket, Key="p/state.json", Body=b"{}")
+    proxy.set_faults(error=1.0, **chooser)
+    client.put_object(Bucket=bucket, Key=spared[0], Body=spared[1])
     with pytest.raises(ClientError):
-        client.put_object(Bucket=bucket, Key="p/lease", Body=b"{}")
+        client.put_object(Bucket=bucket, Key=faulted[0], Body=faulted[1])
+    assert [r["fault"] for r in proxy.requests()] == [None, "error"]
+
+
+def test_methods_narrow_a_match(proxy: FaultProxy, client: Any, bucket: str) -> None:
+    client.put_object(Bucket=bucket, Key="p/state.json", Body=b"{}")
     proxy.set_faults(error=1.0, match="/lease", methods=["GET"])
     client.put_object(Bucket=bucket, Key="p/lease", Body=b"{}")
     client.get_object(Bucket=bucket, Key="p/state.json")
     with pytest.raises(ClientError):
         client.get_object(Bucket=bucket, Key="p/lease")
-    assert proxy.count(fault="error") == 2
-    assert proxy.count(path_contains="/lease", fault="error") == 2
+    assert [r["fault"] for r in proxy.requests()] == [None, None, None, "error"]
+    assert proxy.count(fault="error") == 1
+    assert proxy.count(path_contains="/lease", fault="error") == 1
 
 
 def test_max_faults_faults_only_the_first_requests(
@@ -437,13 +458,3 @@ def test_late_closes_the_client_and_delivers_the_request_afterwards(
     records = proxy.requests()
     assert [(r["fault"], r["status"]) for r in records] == [("late", None), ("late_arrival", 200)]
     assert records[1]["time"] - records[0]["time"] >= DELAY
-
-
-def test_body_match_chooses_requests_by_their_body(
-    proxy: FaultProxy, client: Any, bucket: str
-) -> None:
-    proxy.set_faults(error=1.0, body_match="needle")
-    client.put_object(Bucket=bucket, Key="a", Body=b"hay")
-    with pytest.raises(ClientError):
-        client.put_object(Bucket=bucket, Key="b", Body=b"hay with a needle")
-    assert [r["fault"] for r in proxy.requests()] == [None, "error"]

@@ -12,7 +12,7 @@ import pytest
 
 from mapper_state.core import bookmarks
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, state_line, tiny_run
+from tests.helpers import StoreCli, refreshing, state_line, tiny_run
 
 PRIOR = {"bookmarks": {"users": {"replication_key_value": "2024-05-01"}, "orders": {"id": 9}}}
 REFUSED = "not committing a state without bookmarks over the state of job"
@@ -59,7 +59,7 @@ def test_after_the_target_too(store_cli: StoreCli) -> None:
         (("--full-refresh",), {}),
         (("--set", "allow_state_reset=true"), {}),
         ((), {"MAPPER_STATE_ALLOW_STATE_RESET": "true"}),
-        (("--full-refresh-stream", "users", "--full-refresh-stream", "orders"), {}),
+        (tuple(refreshing("users", "orders")), {}),
     ],
 )
 def test_a_reset_that_was_asked_for_is_written(
@@ -88,8 +88,7 @@ def test_dropped_streams_are_kept_unless_refreshed(store_cli: StoreCli) -> None:
     refreshed = cli(
         "--state-id",
         "job",
-        "--full-refresh-stream",
-        "orders",
+        *refreshing("orders"),
         input=state_line({"bookmarks": {"users": users}}),
     )
     assert refreshed.returncode == 0, refreshed.stderr
@@ -109,8 +108,7 @@ def test_a_refreshed_stream_is_protected_once_this_run_stored_its_bookmark(
     result = cli(
         "--state-id",
         "job",
-        "--full-refresh-stream",
-        "orders",
+        *refreshing("orders"),
         "--checkpoint-interval-seconds",
         "0",
         input=stream,

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import MAPPER, clean_env, state_line, stored_state, wait_until
+from tests.helpers import MAPPER, state_line, stored_state, wait_until
 from tests.support.cli import invoke, invoke_filter
+from tests.support.meltano import mapping_env
 
 REPO = Path(__file__).resolve().parent.parent
 MELTANO_ID = "dev:tap-sample-to-target-jsonl"
@@ -90,27 +91,22 @@ def test_meltano_yml_mapping_names_its_pipelines_state_id() -> None:
 
 # -- running as Meltano does -----------------------------------------------------------
 
+#: What else Meltano 4.4.1 exports to a mapping, beside what mapper-state reads.
+MELTANO_ALSO_EXPORTS = {
+    "MELTANO_DEFAULT_ENVIRONMENT": "dev",
+    "MELTANO_EXTRACTOR_NAMESPACE": "tap_sample",
+    "MELTANO_MAPPER_NAMESPACE": "mapper_state",
+    "MELTANO_MAP__MAPPING": "true",
+    "MELTANO_STATE_BACKEND_LOCK_TIMEOUT_SECONDS": "10",
+    "MELTANO_STATE_BACKEND_LOCK_RETRY_SECONDS": "1",
+    "MELTANO_JOB_TRIGGER": "cli",
+}
+
 
 def meltano_env(project: Path, backend: str = "systemdb", **extra: str) -> dict[str, str]:
     """The variables Meltano 4.4.1 exported to a mapping in `meltano run tap-sample remote-state
     target-jsonl` (docs/real-tools.md), without the extractor's own settings."""
-    return clean_env(
-        MELTANO_PROJECT_ROOT=str(project),
-        MELTANO_SYS_DIR_ROOT=str(project / ".meltano"),
-        MELTANO_ENVIRONMENT="dev",
-        MELTANO_DEFAULT_ENVIRONMENT="dev",
-        MELTANO_EXTRACTOR_NAME="tap-sample",
-        MELTANO_EXTRACTOR_NAMESPACE="tap_sample",
-        MELTANO_MAPPER_NAME="mapper-state",
-        MELTANO_MAPPER_NAMESPACE="mapper_state",
-        MELTANO_MAP__MAPPING_NAME="remote-state",
-        MELTANO_MAP__MAPPING="true",
-        MELTANO_STATE_BACKEND_URI=backend,
-        MELTANO_STATE_BACKEND_LOCK_TIMEOUT_SECONDS="10",
-        MELTANO_STATE_BACKEND_LOCK_RETRY_SECONDS="1",
-        MELTANO_JOB_TRIGGER="cli",
-        **extra,
-    )
+    return mapping_env(project, backend, **MELTANO_ALSO_EXPORTS, **extra)
 
 
 def config_file(project: Path, config: dict[str, Any]) -> Path:
@@ -472,32 +468,36 @@ def _meltano_wrote(store: Path, state_id: str, value: Any) -> None:
     (store / state_id / "state.json").write_text(json.dumps(doc))
 
 
+def _run_after_meltano_read(
+    project: Path, handed: Any, state_id: str = MELTANO_ID
+) -> tuple[int, str]:
+    """A mapping run for ``state_id`` on the project's file store, in a run where Meltano
+    handed the tap ``handed``: the mapper's exit code and stderr."""
+    _handed(project, handed)
+    env = meltano_env(project, f"file://{project / '.meltano' / 'state'}")
+    return run_mapping(project, {"state_id": state_id}, env, stream=STREAM)
+
+
 def test_a_run_whose_tap_got_a_stale_state_is_refused(project: Path) -> None:
     store = project / ".meltano" / "state"
-    env = meltano_env(project, f"file://{store}")
     older = {"bookmarks": {"events": {"replication_key_value": "2024-01-01T00:00:01+00:00"}}}
     # Meltano handed the tap the state it read; another run wrote a newer one since
-    _handed(project, older)
     _meltano_wrote(store, MELTANO_ID, BOOKMARK)
-    code, err = run_mapping(project, {"state_id": MELTANO_ID}, env, stream=STREAM)
+    code, err = _run_after_meltano_read(project, older)
     assert code == 4, err
     errors = [line for line in err.splitlines() if line.startswith("mapper-state: error:")]
     assert len(errors) == 1, err
     assert "another run of this pipeline wrote its state after Meltano read it" in err
     assert stored_state(store, MELTANO_ID) == BOOKMARK
     # the tap got the stored state: all is well
-    _handed(project, BOOKMARK)
-    code, err = run_mapping(project, {"state_id": MELTANO_ID}, env, stream=STREAM)
+    code, err = _run_after_meltano_read(project, BOOKMARK)
     assert code == 0, err
 
 
 def test_a_state_id_that_is_not_the_pipelines_is_caught(project: Path) -> None:
-    store = project / ".meltano" / "state"
-    env = meltano_env(project, f"file://{store}")
-    _handed(project, BOOKMARK)  # Meltano's state for ...-to-target-jsonl
-    _meltano_wrote(store, MELTANO_ID, BOOKMARK)
-    config = {"state_id": "dev:tap-sample-to-target-csv"}  # a typo'd loader
-    code, err = run_mapping(project, config, env, stream=STREAM)
+    _meltano_wrote(project / ".meltano" / "state", MELTANO_ID, BOOKMARK)
+    # Meltano's state for ...-to-target-jsonl, and a typo'd loader
+    code, err = _run_after_meltano_read(project, BOOKMARK, "dev:tap-sample-to-target-csv")
     assert code == 4, err
     assert "state_id is not this pipeline's Meltano state ID (dev:tap-sample-to-<loader>)" in err
 

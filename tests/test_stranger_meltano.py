@@ -8,38 +8,20 @@ from typing import Any
 
 import yaml
 
-from tests.helpers import MAPPER, clean_env, spawn_cli, wait_for_lease
+from tests.helpers import run_cli, spawn_cli, wait_for_lease
+from tests.support.meltano import mapping_env as meltano_env
 
 MELTANO_ID = "dev:tap-sample-to-target-jsonl"
 STREAM = b'{"type": "STATE", "value": {"bookmarks": {"events": 1}}}\n'
-
-
-def meltano_env(project: Path, backend: str) -> dict[str, str]:
-    """The variables Meltano 4.4.1 gives a mapping (docs/real-tools.md)."""
-    return clean_env(
-        MELTANO_PROJECT_ROOT=str(project),
-        MELTANO_SYS_DIR_ROOT=str(project / ".meltano"),
-        MELTANO_ENVIRONMENT="dev",
-        MELTANO_EXTRACTOR_NAME="tap-sample",
-        MELTANO_MAPPER_NAME="mapper-state",
-        MELTANO_MAP__MAPPING_NAME="remote-state",
-        MELTANO_STATE_BACKEND_URI=backend,
-    )
+#: A shell that runs its arguments as a command, and exits when that command does.
+SHELL_PARENT = ("sh", "-c", '"$0" "$@"')
 
 
 def as_mapping(
     project: Path, env: dict[str, str], *args: str
 ) -> subprocess.CompletedProcess[bytes]:
     """The mapper under a short-lived parent standing in for Meltano (the keeper waits on it)."""
-    return subprocess.run(
-        ["sh", "-c", '"$0" "$@"', MAPPER, *args],
-        input=STREAM,
-        capture_output=True,
-        cwd=project,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(*args, input=STREAM, cwd=project, env=env, timeout=60, parent=SHELL_PARENT)
 
 
 def test_a_missing_state_id_shows_yaml_that_can_be_pasted(tmp_path: Path) -> None:

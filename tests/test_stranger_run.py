@@ -4,30 +4,26 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import (
-    TINY_TAP,
     clean_env,
     run_cli,
     spawn_cli,
     stored_state,
+    tiny_run,
+    tiny_tap_run,
     tiny_target,
     wait_until,
 )
 
 
-def run(tmp_path: Path, target: str, **env: str):  # type: ignore[no-untyped-def]
+def run(tmp_path: Path, target: str, **env: str) -> subprocess.CompletedProcess[bytes]:
     return run_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        target,
+        *tiny_tap_run(target),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_REPORT=str(tmp_path / "tap.json"), **env),
     )
@@ -83,13 +79,7 @@ def test_a_failing_target_that_confirmed_states_says_it_stored_the_last(tmp_path
 def test_an_interrupted_run_says_so_with_signal_names(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "out.jsonl"
     proc = spawn_cli(
-        "run",
-        "--state-id",
-        "job",
-        "--tap",
-        TINY_TAP,
-        "--target",
-        tiny_target(out),
+        *tiny_run(tmp_path),
         cwd=tmp_path,
         env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.05"),
     )

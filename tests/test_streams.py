@@ -10,18 +10,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, state_line, tiny_run
+from tests.helpers import StoreCli, refreshing, state_line, tiny_run
+from tests.support.states import sdk_bookmarks
 
 # singer-sdk's shapes: a plain bookmark, one with partitions, one still in progress
 SDK_STATE: dict[str, Any] = {
     "bookmarks": {
-        "users": {"replication_key": "updated_at", "replication_key_value": "2024-05-01"},
-        "orders": {
-            "partitions": [
-                {"context": {"shop": 1}, "replication_key_value": 10},
-                {"context": {"shop": 2}, "replication_key_value": 20},
-            ]
-        },
+        **sdk_bookmarks("2024-05-01", [10, 20]),
         "events": {"progress_markers": {"Note": "sync in progress", "replication_key_value": 7}},
     },
     "currently_syncing": "events",
@@ -30,9 +25,14 @@ SDK_STATE: dict[str, Any] = {
 CLASSIC_STATE = {"bookmarks": {"public-users": {"xmin": 77, "version": 1}, "public-x": "2024"}}
 
 
+@pytest.fixture
+def cli(store_cli: StoreCli) -> StoreCli:
+    """The command on the store under test: the local one, and S3 where a test says ON_BOTH."""
+    return store_cli
+
+
 @pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)
-def test_get_set_and_clear_one_stream(store_cli: StoreCli) -> None:
-    cli = store_cli
+def test_get_set_and_clear_one_stream(cli: StoreCli) -> None:
     cli.set("job", SDK_STATE)
 
     got = cli("state", "get", "job", "--stream", "orders", "--format", "json")
@@ -57,8 +57,7 @@ def test_get_set_and_clear_one_stream(store_cli: StoreCli) -> None:
     assert cli.get("job")["bookmarks"] == {**SDK_STATE["bookmarks"], "users": new}
 
 
-def test_classic_flat_bookmarks_and_a_new_stream(store_cli: StoreCli) -> None:
-    cli = store_cli
+def test_classic_flat_bookmarks_and_a_new_stream(cli: StoreCli) -> None:
     cli.set("job", CLASSIC_STATE)
     assert cli.get("job", "--stream", "public-x") == "2024"
     assert cli("state", "set", "job", "--stream", "public-new", '{"xmin": 1}').returncode == 0
@@ -71,8 +70,7 @@ def test_classic_flat_bookmarks_and_a_new_stream(store_cli: StoreCli) -> None:
     assert cli.get("other") == {"bookmarks": {"s": {"id": 5}}}
 
 
-def test_unknown_streams_change_nothing(store_cli: StoreCli) -> None:
-    cli = store_cli
+def test_unknown_streams_change_nothing(cli: StoreCli) -> None:
     cli.set("job", CLASSIC_STATE)
     for args in (
         ("get", "job", "--stream", "nope"),
@@ -102,23 +100,15 @@ def test_unknown_streams_change_nothing(store_cli: StoreCli) -> None:
 
 
 def test_filter_hands_the_tap_the_state_without_the_refreshed_streams(
-    store_cli: StoreCli, tmp_path: Path
+    cli: StoreCli, tmp_path: Path
 ) -> None:
-    cli = store_cli
     cli.set("job", SDK_STATE)
     handed = tmp_path / "handed.json"
     # the tap extracts orders from the start and carries the others forward
     after = {"bookmarks": {**SDK_STATE["bookmarks"], "orders": {"replication_key_value": 3}}}
+    refresh = refreshing("orders", "events")
     result = cli(
-        "--state-id",
-        "job",
-        "--state-file",
-        str(handed),
-        "--full-refresh-stream",
-        "orders",
-        "--full-refresh-stream",
-        "events",
-        input=state_line(after),
+        "--state-id", "job", "--state-file", str(handed), *refresh, input=state_line(after)
     )
     assert result.returncode == 0, result.stderr
     bookmarks = dict(SDK_STATE["bookmarks"])
@@ -129,12 +119,11 @@ def test_filter_hands_the_tap_the_state_without_the_refreshed_streams(
 
 @pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)
 def test_run_extracts_only_the_refreshed_stream_and_keeps_the_rest(
-    store_cli: StoreCli, tmp_path: Path
+    cli: StoreCli, tmp_path: Path
 ) -> None:
-    cli = store_cli
     cli.set("job", {"bookmarks": {"s": 5, "other": {"replication_key_value": "x"}}})
     report = tmp_path / "tap.json"
-    result = cli(*tiny_run(tmp_path, "--full-refresh-stream", "s"), TINY_TAP_REPORT=str(report))
+    result = cli(*tiny_run(tmp_path, *refreshing("s")), TINY_TAP_REPORT=str(report))
     assert result.returncode == 0, result.stderr
     # the tap got the state without s: it started s from the beginning
     assert json.loads(report.read_text())["state"] == {

@@ -44,6 +44,19 @@ def _env(site: Path, **extra: str) -> dict[str, str]:
     return clean_env(PYTHONPATH=str(site), **extra)
 
 
+def _get_with_token(
+    site: Path, root: Path, token: str, uri: str
+) -> tuple[dict[str, str], subprocess.CompletedProcess[bytes]]:
+    """``state get a`` on the tiny store at ``uri``, its token set in the environment: the
+    environment, and the result."""
+    env = _env(
+        site,
+        MAPPER_STATE_STATE_BACKEND__TINY__ROOT=str(root),
+        MAPPER_STATE_STATE_BACKEND__TINY__TOKEN=token,
+    )
+    return env, run_cli("state", "get", "a", "--state-backend-uri", uri, env=env)
+
+
 def test_a_third_party_store_is_configured_with_set_flags(tiny_site: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
     flags = [
@@ -86,12 +99,7 @@ def test_a_third_party_store_secret_is_redacted_and_listed_as_secret(
     tiny_site: Path, tmp_path: Path
 ) -> None:
     token = "refused-4f9a1c0de"  # the tiny store refuses tokens with this prefix, naming them
-    env = _env(
-        tiny_site,
-        MAPPER_STATE_STATE_BACKEND__TINY__ROOT=str(tmp_path),
-        MAPPER_STATE_STATE_BACKEND__TINY__TOKEN=token,
-    )
-    result = run_cli("state", "get", "a", "--state-backend-uri", "tiny://x", env=env)
+    _, result = _get_with_token(tiny_site, tmp_path, token, "tiny://x")
     assert result.returncode == 5
     err = result.stderr.decode()
     assert "tiny store refused the token ***" in err
@@ -122,12 +130,7 @@ def test_a_bug_in_a_store_is_exit_1_in_one_line_with_secrets_hidden(
     tiny_site: Path, tmp_path: Path
 ) -> None:
     token = "tiny-token-7d1e2f"
-    env = _env(
-        tiny_site,
-        MAPPER_STATE_STATE_BACKEND__TINY__ROOT=str(tmp_path),
-        MAPPER_STATE_STATE_BACKEND__TINY__TOKEN=token,
-    )
-    result = run_cli("state", "get", "a", "--state-backend-uri", "tiny://crash", env=env)
+    env, result = _get_with_token(tiny_site, tmp_path, token, "tiny://crash")
     assert result.returncode == 1
     err = result.stderr.decode()
     assert err.count("\n") == 1
