@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 
 import pytest
 from azure.storage.blob import BlobServiceClient
@@ -12,22 +11,12 @@ from azure.storage.blob import BlobServiceClient
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.azure.store import from_uri
-from mapper_state.stores.base import BlobStore, StoreAccessDenied, StoreError
+from mapper_state.stores.base import BlobStore, StoreAccessDenied
 from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import AZURITE_KEY, StoreLocation, free_port
 from tests.stores import wire_checks
 
 pytestmark = pytest.mark.cloud
-
-
-class TestAzureStore(OnEmulator, PrefixContract):
-    @pytest.fixture
-    def location(self, azure_location: StoreLocation) -> StoreLocation:
-        return azure_location
-
-    @pytest.fixture
-    def bucket_names(self, azure_location: StoreLocation) -> Callable[[], list[str]]:
-        return lambda: container_blobs(azure_location)
 
 
 def connection_string(
@@ -44,29 +33,17 @@ def container_blobs(location: StoreLocation) -> list[str]:
 
 def test_list_follows_pagination(azure_location: StoreLocation) -> None:
     store = from_uri(azure_location.uri.split("://", 1)[1], azure_location.options, page_size=4)
-    keys = [f"id-{i:02d}/state.json" for i in range(11)]
-    for key in keys:
-        store.create(key, b"{}")
-    from_uri(f"{azure_location.bucket}/{azure_location.prefix}ful", azure_location.options).create(
-        "not-mine", b"{}"
-    )  # shares the prefix string, not the folder
-    assert sorted(store.list()) == keys
-    assert sorted(store.list("id-1")) == keys[10:]
+    neighbour = from_uri(
+        f"{azure_location.bucket}/{azure_location.prefix}ful", azure_location.options
+    )
+    wire_checks.check_list_follows_pagination(store, neighbour)
 
 
 def test_missing_container_is_a_clear_error(azure_location: StoreLocation) -> None:
-    store = azure_location.open("azure://no-such-container/p")
-    for attempt in (
-        lambda: store.read("id/state.json"),
-        lambda: store.create("id/state.json", b"{}"),
-        lambda: store.delete("id/state.json"),
-        lambda: list(store.list()),
-    ):
-        with pytest.raises(
-            StoreError, match="Azure container 'no-such-container' does not exist"
-        ) as caught:
-            attempt()
-        assert type(caught.value) is StoreError
+    wire_checks.check_a_missing_bucket_is_a_clear_error(
+        azure_location.open("azure://no-such-container/p"),
+        "Azure container 'no-such-container' does not exist",
+    )
 
 
 def test_wrong_account_key_is_one_line_without_the_secret(azure_location: StoreLocation) -> None:
@@ -183,3 +160,14 @@ def test_account_url_without_an_azure_identity_is_access_denied(
     assert "Azure refused read" in caught.value.message
     assert "\n" not in caught.value.message
     assert time.monotonic() - started < 20
+
+
+# -- the contracts -----------------------------------------------------------------------
+
+
+class TestAzureStore(OnEmulator, PrefixContract):
+    list_bucket = staticmethod(container_blobs)
+
+    @pytest.fixture
+    def location(self, azure_location: StoreLocation) -> StoreLocation:
+        return azure_location

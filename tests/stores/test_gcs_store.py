@@ -8,7 +8,6 @@ ignores every precondition: it is here to show the store is unsafe there.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,13 @@ from google.cloud import storage
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied
 from mapper_state.stores.gcs.store import from_uri
 from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import StoreLocation, free_port
 from tests.stores import wire_checks
 
 pytestmark = pytest.mark.cloud
-
-
-class TestGcsStore(OnEmulator, PrefixContract):
-    @pytest.fixture
-    def location(self, gcs_location: StoreLocation) -> StoreLocation:
-        return gcs_location
-
-    @pytest.fixture
-    def bucket_names(self, gcs_location: StoreLocation) -> Callable[[], list[str]]:
-        return lambda: bucket_objects(gcs_location)
 
 
 def bucket_objects(location: StoreLocation) -> list[str]:
@@ -50,12 +39,7 @@ def test_list_follows_pagination(
 ) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_location.emulator.endpoint)
     store = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {}, page_size=4)
-    keys = [f"id-{i:02d}/state.json" for i in range(11)]
-    for key in keys:
-        store.create(key, b"{}")
-    gcs_location.open(f"{gcs_location.uri}ful").create("not-mine", b"{}")  # shares the string
-    assert sorted(store.list()) == keys
-    assert sorted(store.list("id-1")) == keys[10:]
+    wire_checks.check_list_follows_pagination(store, gcs_location.open(f"{gcs_location.uri}ful"))
 
 
 def test_versions_are_generations(gcs_location: StoreLocation) -> None:
@@ -68,16 +52,9 @@ def test_versions_are_generations(gcs_location: StoreLocation) -> None:
 
 
 def test_missing_bucket_is_a_clear_error(gcs_location: StoreLocation) -> None:
-    store = gcs_location.open("gs://no-such-bucket/p")
-    for attempt in (
-        lambda: store.read("id/state.json"),
-        lambda: store.create("id/state.json", b"{}"),
-        lambda: store.delete("id/state.json"),
-        lambda: list(store.list()),
-    ):
-        with pytest.raises(StoreError, match="bucket 'no-such-bucket' does not exist") as caught:
-            attempt()
-        assert type(caught.value) is StoreError
+    wire_checks.check_a_missing_bucket_is_a_clear_error(
+        gcs_location.open("gs://no-such-bucket/p"), "bucket 'no-such-bucket' does not exist"
+    )
 
 
 @pytest.mark.parametrize(
@@ -196,3 +173,14 @@ def test_gcp_storage_emulator_ignores_every_precondition(
 
 def test_opening_other_stores_imports_no_google_sdk() -> None:
     wire_checks.check_other_stores_import_no_sdk("google")
+
+
+# -- the contracts -----------------------------------------------------------------------
+
+
+class TestGcsStore(OnEmulator, PrefixContract):
+    list_bucket = staticmethod(bucket_objects)
+
+    @pytest.fixture
+    def location(self, gcs_location: StoreLocation) -> StoreLocation:
+        return gcs_location

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -12,23 +11,13 @@ import pytest
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.base import StoreAccessDenied, StoreError
+from mapper_state.stores.base import StoreAccessDenied
 from mapper_state.stores.s3.store import from_uri
 from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import Emulator, StoreLocation, free_port
 from tests.stores import wire_checks
 
 pytestmark = pytest.mark.cloud
-
-
-class TestS3Store(OnEmulator, PrefixContract):
-    @pytest.fixture
-    def location(self, s3_location: StoreLocation) -> StoreLocation:
-        return s3_location
-
-    @pytest.fixture
-    def bucket_names(self, s3_location: StoreLocation) -> Callable[[], list[str]]:
-        return lambda: bucket_keys(s3_location)
 
 
 def raw_client(emulator: Emulator) -> Any:  # a boto3 S3 client
@@ -111,15 +100,11 @@ def test_uri_without_bucket_is_refused() -> None:
 
 
 def test_missing_bucket_is_a_clear_error(s3_location: StoreLocation) -> None:
-    store = s3_location.open("s3://no-such-bucket/p")
-    for attempt in (
-        lambda: store.read("id/state.json"),
-        lambda: store.create("id/state.json", b"{}"),
-        lambda: list(store.list()),
-    ):
-        with pytest.raises(StoreError, match="S3 bucket 'no-such-bucket' does not exist") as caught:
-            attempt()
-        assert type(caught.value) is StoreError
+    wire_checks.check_a_missing_bucket_is_a_clear_error(
+        s3_location.open("s3://no-such-bucket/p"),
+        "S3 bucket 'no-such-bucket' does not exist",
+        asks=("read", "create", "list"),
+    )
 
 
 def test_wrong_credentials_are_one_line_without_the_secret(moto_auth_server: Emulator) -> None:
@@ -184,3 +169,14 @@ def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
 
 def test_opening_other_stores_imports_no_aws_sdk() -> None:
     wire_checks.check_other_stores_import_no_sdk("boto3", "botocore")
+
+
+# -- the contracts -----------------------------------------------------------------------
+
+
+class TestS3Store(OnEmulator, PrefixContract):
+    list_bucket = staticmethod(bucket_keys)
+
+    @pytest.fixture
+    def location(self, s3_location: StoreLocation) -> StoreLocation:
+        return s3_location

@@ -1,7 +1,8 @@
-"""What every cloud store must do on a bad wire, checked the same way for S3, Azure and GCS.
+"""What every cloud store must do, checked the same way for S3, Azure and GCS: on a bad
+wire, in a bucket that does not exist, listing page by page.
 
-Each test module says how to open its store through a port (a :class:`FlakyProxy`'s, or
-one where nothing listens); the checks here are what the user relies on whatever the cloud.
+Each test module says how to open its store (through a :class:`FlakyProxy`'s port, or one
+where nothing listens); the checks here are what the user relies on whatever the cloud.
 """
 
 from __future__ import annotations
@@ -20,6 +21,35 @@ from tests.servers import FlakyProxy
 OpenThrough = Callable[[int], BlobStore]
 
 LEASE_KEY = "id/mapper-state.lease.json"
+
+#: What a store can be asked, by name.
+ASKS: dict[str, Callable[[BlobStore], object]] = {
+    "read": lambda store: store.read("id/state.json"),
+    "create": lambda store: store.create("id/state.json", b"{}"),
+    "delete": lambda store: store.delete("id/state.json"),
+    "list": lambda store: list(store.list()),
+}
+
+
+def check_a_missing_bucket_is_a_clear_error(
+    store: BlobStore, match: str, asks: tuple[str, ...] = ("read", "create", "delete", "list")
+) -> None:
+    """Each of ``asks`` in a bucket that does not exist: a plain :class:`StoreError` saying so."""
+    for ask in asks:
+        with pytest.raises(StoreError, match=match) as caught:
+            ASKS[ask](store)
+        assert type(caught.value) is StoreError
+
+
+def check_list_follows_pagination(store: BlobStore, neighbour: BlobStore) -> None:
+    """``store`` (4 names a page) lists its 11 keys whole, and none of ``neighbour``'s, whose
+    prefix starts with the same string (``<prefix>ful``) but is another folder."""
+    keys = [f"id-{i:02d}/state.json" for i in range(11)]
+    for key in keys:
+        store.create(key, b"{}")
+    neighbour.create("not-mine", b"{}")
+    assert sorted(store.list()) == keys
+    assert sorted(store.list("id-1")) == keys[10:]
 
 
 def check_resets_are_retried(
