@@ -35,7 +35,7 @@ from tests.chaos.conftest import (
 from tests.chaos.intervals import overlaps, read_logs
 from tests.chaos.test_mutual_exclusion import holder_failures, run_holders, spec_for
 from tests.chaos.test_wire_faults import all_writes, state_writes
-from tests.helpers import wait_until
+from tests.helpers import state_line, wait_until
 from tests.servers import StoreLocation
 
 
@@ -46,10 +46,6 @@ def a_location(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> Sto
     return location_for(request, kind)
 
 
-def state_line(value: Any) -> bytes:
-    return json.dumps({"type": "STATE", "value": value}).encode() + b"\n"
-
-
 @pytest.mark.parametrize("kind", STORES)
 def test_a_frozen_holder_is_fenced_and_the_new_holder_keeps_its_lease(
     request: pytest.FixtureRequest, tmp_path: Path, kind: str
@@ -58,9 +54,8 @@ def test_a_frozen_holder_is_fenced_and_the_new_holder_keeps_its_lease(
     direct = location.open()
     state_id = f"chaos:frozen-{uuid.uuid4().hex[:8]}"
     ttl = 2.0
-    args = ("--state-id", state_id, "--lock-timeout-seconds", str(ttl))
     taker_args = ("--state-id", state_id, "--lock-timeout-seconds", "30")
-    holder = cli.spawn(location, *args, "--checkpoint-interval-seconds", "0")
+    holder = cli.spawn_filter(location, state_id, str(ttl))
     taker = None
     try:
         first = cli.wait_for_holder(direct, state_id, holder.pid)
@@ -113,10 +108,7 @@ def test_a_write_in_flight_at_a_takeover_does_not_land(
     prior = cli.run(cloud_location, "state", "set", state_id, json.dumps({"v": "prior"}))
     assert prior.returncode == 0, prior.stderr
     ttl = 3.0
-    holder = cli.spawn(
-        faulty, "--state-id", state_id, "--lock-timeout-seconds", str(ttl),
-        "--checkpoint-interval-seconds", "0",
-    )  # fmt: skip
+    holder = cli.spawn_filter(faulty, state_id, str(ttl))
     taker = None
     try:
         cli.wait_for_holder(direct, state_id, holder.pid)
