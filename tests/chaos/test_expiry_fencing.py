@@ -27,9 +27,7 @@ from tests.chaos import cli
 from tests.chaos.conftest import (
     BUDGET,
     CLOUD,
-    STORES,
-    file_location,
-    location_for,
+    a_location,
     record_figures,
 )
 from tests.chaos.intervals import overlaps, read_logs
@@ -39,18 +37,10 @@ from tests.helpers import state_line, wait_until
 from tests.servers import StoreLocation
 
 
-def a_location(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> StoreLocation:
-    if kind == "file":
-        return file_location(tmp_path / "store")
-    request.applymarker(pytest.mark.cloud)
-    return location_for(request, kind)
-
-
-@pytest.mark.parametrize("kind", STORES)
 def test_a_frozen_holder_is_fenced_and_the_new_holder_keeps_its_lease(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+    each_store: StoreLocation,
 ) -> None:
-    location = a_location(request, kind, tmp_path)
+    location = each_store
     direct = location.open()
     state_id = f"chaos:frozen-{uuid.uuid4().hex[:8]}"
     ttl = 2.0

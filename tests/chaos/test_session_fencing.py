@@ -10,22 +10,15 @@ object never moved.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
-
-import pytest
 
 from mapper_state.errors import ExitCode
 from tests.chaos import cli
-from tests.chaos.conftest import STORES
-from tests.chaos.test_expiry_fencing import a_location
 from tests.helpers import state_line
+from tests.servers import StoreLocation
 
 
-@pytest.mark.parametrize("kind", STORES)
-def test_a_broken_holder_stores_nothing_and_exits_4(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str
-) -> None:
-    location = a_location(request, kind, tmp_path)
+def test_a_broken_holder_stores_nothing_and_exits_4(each_store: StoreLocation) -> None:
+    location = each_store
     direct = location.open()
     state_id = f"chaos-broken-{uuid.uuid4().hex[:8]}"
     with cli.holding_filter(location, direct, state_id, "60") as holder:
