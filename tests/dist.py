@@ -119,6 +119,18 @@ def _uv(argv: list[str], cwd: Path, timeout: float) -> None:
     assert result.returncode == 0, f"{argv} failed:\n{result.stderr[-4000:]}"
 
 
+def install_in_venv(
+    venv: Path, *requirement: str, python: str = sys.executable, timeout: float = INSTALL_TIMEOUT
+) -> None:
+    """``uv venv`` at ``venv`` with ``python``, then ``uv pip install`` with the arguments
+    ``requirement`` (the requirement and any option) into it."""
+    for argv in (
+        [uv(), "venv", "--quiet", "--python", python, str(venv)],
+        [uv(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), *requirement],
+    ):
+        _uv(argv, venv.parent, timeout)
+
+
 @dataclass(frozen=True)
 class Installed:
     """A virtualenv holding the wheel, and a directory outside the checkout to run in."""
@@ -183,19 +195,7 @@ def installed_wheel(built_dist: Dist) -> Iterator[Installed]:
     root = outside_checkout()
     venv = root / "venv"
     try:
-        for argv in (
-            [uv(), "venv", "--quiet", "--python", sys.executable, str(venv)],
-            [
-                uv(),
-                "pip",
-                "install",
-                "--quiet",
-                "--python",
-                str(venv / "bin" / "python"),
-                f"{built_dist.wheel}[s3]",
-            ],
-        ):
-            _uv(argv, root, INSTALL_TIMEOUT)
+        install_in_venv(venv, f"{built_dist.wheel}[s3]")
         cwd = root / "work"
         cwd.mkdir()
         yield Installed(venv, cwd)

@@ -5,29 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.dist import Dist, outside_checkout, uv, uv_env
+from tests.dist import Dist, install_in_venv, outside_checkout
 
 
 def test_the_plain_install_has_no_singer_sdk_and_about_still_works(built_dist: Dist) -> None:
     venv = outside_checkout() / "venv"
     try:
-        for argv in (
-            [uv(), "venv", "--quiet", "--python", sys.executable, str(venv)],
-            [
-                uv(),
-                "pip",
-                "install",
-                "--quiet",
-                "--python",
-                str(venv / "bin" / "python"),
-                str(built_dist.wheel),
-            ],
-        ):
-            done = subprocess.run(argv, env=uv_env(), capture_output=True, text=True, timeout=600)
-            assert done.returncode == 0, done.stderr
+        install_in_venv(venv, str(built_dist.wheel))
         python = str(venv / "bin" / "python")
         for module in ("singer_sdk", "sqlalchemy"):
             probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)

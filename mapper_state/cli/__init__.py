@@ -16,6 +16,7 @@ import click
 
 from mapper_state import __version__
 from mapper_state.cli.common import (
+    LEASED_RUN_CODES,
     SettingsArgs,
     command_settings,
     flagged,
@@ -93,11 +94,7 @@ class _Main(click.Group):
 @settings_command(
     FILTER_FLAGS,
     codes=(
-        ExitCode.OK,
-        ExitCode.CONFIG,
-        ExitCode.LEASE_BUSY,
-        ExitCode.LEASE_LOST,
-        ExitCode.STORE,
+        *LEASED_RUN_CODES,
         ExitCode.BAD_INPUT,
         ExitCode.DOWNSTREAM_CLOSED,
         ExitCode.INTERRUPTED,

@@ -31,6 +31,16 @@ from mapper_state.settings import RUN_SETTINGS, FlagGroup, Settings, SettingSpec
 P = ParamSpec("P")
 R = TypeVar("R")
 
+#: The exit codes every command that keeps a state under the lease can end with (the
+#: filter and ``run``), before its own.
+LEASED_RUN_CODES = (
+    ExitCode.OK,
+    ExitCode.CONFIG,
+    ExitCode.LEASE_BUSY,
+    ExitCode.LEASE_LOST,
+    ExitCode.STORE,
+)
+
 #: What each exit code means, as ``--help`` lists it (docs/exit-codes.md has the details).
 EXIT_MEANINGS: dict[int, str] = {
     ExitCode.OK: "ok",

@@ -6,7 +6,13 @@ import sys
 
 import click
 
-from mapper_state.cli.common import SettingsArgs, command_settings, flagged, settings_command
+from mapper_state.cli.common import (
+    LEASED_RUN_CODES,
+    SettingsArgs,
+    command_settings,
+    flagged,
+    settings_command,
+)
 from mapper_state.errors import ExitCode
 
 #: The flags of ``run``: the store, the lease and the run's own (not the filter's ``--strict``).
@@ -17,11 +23,7 @@ RUN_FLAGS = flagged("store", "lease", "run", exclude=("strict",))
 @settings_command(
     RUN_FLAGS,
     codes=(
-        ExitCode.OK,
-        ExitCode.CONFIG,
-        ExitCode.LEASE_BUSY,
-        ExitCode.LEASE_LOST,
-        ExitCode.STORE,
+        *LEASED_RUN_CODES,
         ExitCode.TAP_FAILED,
         ExitCode.TARGET_FAILED,
         ExitCode.INTERRUPTED,

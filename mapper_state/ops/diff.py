@@ -11,6 +11,7 @@ two newest snapshots; with one snapshot, from it to the current state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -70,16 +71,7 @@ def leaf_changes(old: Any, new: Any, path: str = "") -> list[Change]:
     if old == new:
         return []
     if isinstance(old, dict) and isinstance(new, dict):
-        found: list[Change] = []
-        for key in [*old, *(k for k in new if k not in old)]:
-            child = f"{path}.{key}" if path else str(key)
-            if key not in new:
-                found.append(Change(child, "removed", old=old[key]))
-            elif key not in old:
-                found.append(Change(child, "added", new=new[key]))
-            else:
-                found += leaf_changes(old[key], new[key], child)
-        return found
+        return _keyed_changes(old, new, lambda key: f"{path}.{key}" if path else str(key))
     if _partitions(old) and _partitions(new):
         return _partition_changes(old, new, path)
     return [Change(path, "changed", old=old, new=new)]
@@ -104,15 +96,22 @@ def _partition_changes(old: list[Any], new: list[Any], path: str) -> list[Change
     before, after = by_context(old), by_context(new)
     if len(before) != len(old) or len(after) != len(new):  # contexts repeat: compare whole
         return [Change(path, "changed", old=old, new=new)]
+    return _keyed_changes(before, after, lambda context: f"{path}[{context}]")
+
+
+def _keyed_changes(
+    old: dict[Any, Any], new: dict[Any, Any], where: Callable[[Any], str]
+) -> list[Change]:
+    """The changes between two mappings, key by key (old's keys first), each at ``where(key)``."""
     found: list[Change] = []
-    for context in [*before, *(c for c in after if c not in before)]:
-        where = f"{path}[{context}]"
-        if context not in after:
-            found.append(Change(where, "removed", old=before[context]))
-        elif context not in before:
-            found.append(Change(where, "added", new=after[context]))
+    for key in [*old, *(k for k in new if k not in old)]:
+        child = where(key)
+        if key not in new:
+            found.append(Change(child, "removed", old=old[key]))
+        elif key not in old:
+            found.append(Change(child, "added", new=new[key]))
         else:
-            found += leaf_changes(before[context], after[context], where)
+            found += leaf_changes(old[key], new[key], child)
     return found
 
 

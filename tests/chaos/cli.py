@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from mapper_state.stores.base import BlobStore
@@ -45,6 +47,46 @@ def spawn(location: StoreLocation, *args: str, **kw: Any) -> subprocess.Popen[by
         env=kw.pop("env", None) or env_for(location),
         **kw,
     )
+
+
+def spawn_filter(
+    location: StoreLocation, state_id: str, ttl: str, **kw: Any
+) -> subprocess.Popen[bytes]:
+    """The filter on ``state_id`` under a lease of ``ttl`` seconds, storing each state at once."""
+    return spawn(
+        location, "--state-id", state_id, "--lock-timeout-seconds", ttl,
+        "--checkpoint-interval-seconds", "0", **kw,
+    )  # fmt: skip
+
+
+@contextmanager
+def reaped(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+    """``proc``, killed and waited for on the way out if it is still running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def holding_filter(
+    location: StoreLocation, direct: BlobStore, state_id: str, ttl: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A filter (see :func:`spawn_filter`) once it holds the lease, as ``direct`` reads it."""
+    with reaped(spawn_filter(location, state_id, ttl)) as holder:
+        wait_for_holder(direct, state_id, holder.pid)
+        yield holder
+
+
+def injected_faults(proxy: Any) -> dict[str, int]:
+    """How many requests the fault proxy hit with each fault."""
+    injected: dict[str, int] = {}
+    for r in proxy.requests():
+        if r["fault"]:
+            injected[r["fault"]] = injected.get(r["fault"], 0) + 1
+    return injected
 
 
 def lease_record(store: BlobStore, state_id: str) -> dict[str, Any] | None:

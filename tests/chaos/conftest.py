@@ -228,6 +228,21 @@ def location_for(request: pytest.FixtureRequest, kind: str) -> StoreLocation:
     return location
 
 
+def a_location(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> StoreLocation:
+    """A fresh location on the store ``kind`` (a directory under ``tmp_path`` for ``file``);
+    the test is marked ``cloud`` when it is an emulator's."""
+    if kind == "file":
+        return file_location(tmp_path / "store")
+    request.applymarker(pytest.mark.cloud)
+    return location_for(request, kind)
+
+
+@pytest.fixture(params=STORES)
+def each_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreLocation:
+    """A fresh location on each of :data:`STORES` in turn: the test runs once a store."""
+    return a_location(request, request.param, tmp_path)
+
+
 def file_location(root: Path) -> StoreLocation:
     """A local directory as a :class:`StoreLocation`, for tests that treat every store alike."""
     emulator = Emulator("file", "file", "file", endpoint=str(root))

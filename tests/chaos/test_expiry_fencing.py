@@ -27,40 +27,25 @@ from tests.chaos import cli
 from tests.chaos.conftest import (
     BUDGET,
     CLOUD,
-    STORES,
-    file_location,
-    location_for,
+    a_location,
     record_figures,
 )
 from tests.chaos.intervals import overlaps, read_logs
 from tests.chaos.test_mutual_exclusion import holder_failures, run_holders, spec_for
 from tests.chaos.test_wire_faults import all_writes, state_writes
-from tests.helpers import wait_until
+from tests.helpers import state_line, wait_until
 from tests.servers import StoreLocation
 
 
-def a_location(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> StoreLocation:
-    if kind == "file":
-        return file_location(tmp_path / "store")
-    request.applymarker(pytest.mark.cloud)
-    return location_for(request, kind)
-
-
-def state_line(value: Any) -> bytes:
-    return json.dumps({"type": "STATE", "value": value}).encode() + b"\n"
-
-
-@pytest.mark.parametrize("kind", STORES)
 def test_a_frozen_holder_is_fenced_and_the_new_holder_keeps_its_lease(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+    each_store: StoreLocation,
 ) -> None:
-    location = a_location(request, kind, tmp_path)
+    location = each_store
     direct = location.open()
     state_id = f"chaos:frozen-{uuid.uuid4().hex[:8]}"
     ttl = 2.0
-    args = ("--state-id", state_id, "--lock-timeout-seconds", str(ttl))
     taker_args = ("--state-id", state_id, "--lock-timeout-seconds", "30")
-    holder = cli.spawn(location, *args, "--checkpoint-interval-seconds", "0")
+    holder = cli.spawn_filter(location, state_id, str(ttl))
     taker = None
     try:
         first = cli.wait_for_holder(direct, state_id, holder.pid)
@@ -113,10 +98,7 @@ def test_a_write_in_flight_at_a_takeover_does_not_land(
     prior = cli.run(cloud_location, "state", "set", state_id, json.dumps({"v": "prior"}))
     assert prior.returncode == 0, prior.stderr
     ttl = 3.0
-    holder = cli.spawn(
-        faulty, "--state-id", state_id, "--lock-timeout-seconds", str(ttl),
-        "--checkpoint-interval-seconds", "0",
-    )  # fmt: skip
+    holder = cli.spawn_filter(faulty, state_id, str(ttl))
     taker = None
     try:
         cli.wait_for_holder(direct, state_id, holder.pid)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from mapper_state.core import state
+from tests.chaos import cli
 from tests.chaos.conftest import (
     CLOUD,
     STORES,
@@ -163,11 +164,7 @@ def test_holders_never_overlap(
     counted = sum(1 for h in held if h.raw.get("counted"))
     conflicts = sum(1 for h in held if h.raw.get("conflict"))
     final = state.load(direct, state_id).value
-    injected: dict[str, int] = {}
-    if proxy is not None:
-        for r in proxy.requests():
-            if r["fault"]:
-                injected[r["fault"]] = injected.get(r["fault"], 0) + 1
+    injected = cli.injected_faults(proxy) if proxy is not None else {}
     record_figures(
         "mutual exclusion (Lease class)",
         kind,

@@ -10,7 +10,6 @@ reach the store, the one-line error says until when the lease may be held by thi
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 import uuid
@@ -22,7 +21,7 @@ from mapper_state.core.lease import LeaseRecord, format_time, lease_key
 from mapper_state.stores.base import BlobStore
 from tests.chaos import cli
 from tests.chaos.test_wire_faults import lease_writes
-from tests.helpers import wait_until
+from tests.helpers import state_line, wait_until
 from tests.servers import StoreLocation
 
 pytestmark = pytest.mark.cloud
@@ -30,10 +29,6 @@ pytestmark = pytest.mark.cloud
 DROP = {"drop_response": 1.0}
 #: moto, Azurite and fake-gcs-server (Ceph RGW's quirks are the wire-fault suite's).
 STORES = ("s3", "azure", "gcs")
-
-
-def state_line(value: Any) -> bytes:
-    return json.dumps({"type": "STATE", "value": value}).encode() + b"\n"
 
 
 def checks(proxy: Any) -> int:
@@ -60,10 +55,7 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
     state_id = f"chaos-unknown-{uuid.uuid4().hex[:8]}"
     proxy, faulty = start_proxy(cloud_location, faults={**DROP, **lease_writes(kind, state_id)})
     direct = cloud_location.open()
-    holder = cli.spawn(
-        faulty, "--state-id", state_id, "--lock-timeout-seconds", "12",
-        "--checkpoint-interval-seconds", "0",
-    )  # fmt: skip
+    holder = cli.spawn_filter(faulty, state_id, "12")
     try:
         # every answer to the create is dropped until the client gives up (4 s), then it checks
         wait_until(lambda: checks(proxy) >= 1, "the create's outcome checked", timeout=30)
@@ -116,10 +108,7 @@ def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_
     # the create (refused: the lease exists) passes; the takeover's answers are dropped
     faults = {**DROP, **lease_writes(kind, state_id), "skip": 1}
     proxy, faulty = start_proxy(cloud_location, faults=faults)
-    holder = cli.spawn(
-        faulty, "--state-id", state_id, "--lock-timeout-seconds", "6",
-        "--checkpoint-interval-seconds", "0",
-    )  # fmt: skip
+    holder = cli.spawn_filter(faulty, state_id, "6")
     try:
         wait_until(lambda: checks(proxy) >= 2, "the takeover's outcome checked", timeout=30)
         proxy.set_faults()

@@ -24,7 +24,7 @@ import pytest
 from tests.chaos import cli
 from tests.chaos.conftest import CLOUD, ChaosBudget, record_figures, startup_margin
 from tests.e2e.conftest import children_of, is_gone
-from tests.helpers import TINY_TAP, tiny_target, wait_until
+from tests.helpers import TINY_TAP, state_line, tiny_target, wait_until
 from tests.servers import StoreLocation
 
 pytestmark = pytest.mark.cloud
@@ -115,10 +115,7 @@ def test_runs_through_faults_end_right_or_fail_cleanly(
             assert now == previous or now in states, f"run {run}: stored a state never sent: {now}"
         assert cli.lease_is_free(cloud_location, state_id), f"run {run}: lease left behind: {err}"
         previous = now
-    injected: dict[str, int] = {}
-    for r in proxy.requests():
-        if r["fault"]:
-            injected[r["fault"]] = injected.get(r["fault"], 0) + 1
+    injected = cli.injected_faults(proxy)
     record_figures(
         "filter runs through a faulty proxy",
         kind,
@@ -144,21 +141,12 @@ def test_a_lost_answer_to_a_conditional_write_is_not_a_lost_lease(
     proxy, faulty = start_proxy(cloud_location)
     direct = cloud_location.open()
     state_id = f"chaos-lost-answer-{uuid.uuid4().hex[:8]}"
-    holder = cli.spawn(
-        faulty, "--state-id", state_id, "--lock-timeout-seconds", "3",
-        "--checkpoint-interval-seconds", "0",
-    )  # fmt: skip
-    try:
-        cli.wait_for_holder(direct, state_id, holder.pid)
+    with cli.holding_filter(faulty, direct, state_id, "3") as holder:
         proxy.set_faults(**{fault: 1.0, "max_faults": 2, **lease_writes(kind, state_id)})
         time.sleep(2.5)  # two renewals, every TTL/3, both answered by nothing or an error
         proxy.set_faults(**{fault: 1.0, "max_faults": 1, **state_writes(kind, state_id)})
-        line = json.dumps({"type": "STATE", "value": {"after": fault}}).encode() + b"\n"
+        line = state_line({"after": fault})
         out, err = holder.communicate(line, timeout=60)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
     assert holder.returncode == 0, err.decode(errors="replace")
     assert out == line
     assert cli.stored(direct, state_id) == {"after": fault}
@@ -227,22 +215,13 @@ def test_a_filter_whose_renewals_hang_stops_before_its_lease_expires(
     proxy, faulty = start_proxy(cloud_location)
     direct = cloud_location.open()
     state_id = f"chaos-hung-{uuid.uuid4().hex[:8]}"
-    holder = cli.spawn(
-        faulty, "--state-id", state_id, "--lock-timeout-seconds", "6",
-        "--checkpoint-interval-seconds", "0",
-    )  # fmt: skip
-    try:
-        cli.wait_for_holder(direct, state_id, holder.pid)
+    with cli.holding_filter(faulty, direct, state_id, "6") as holder:
         last = _hang_renewals(kind, state_id, proxy, direct, holder)
         assert holder.stdin is not None
-        holder.stdin.write(json.dumps({"type": "STATE", "value": {"x": 1}}).encode() + b"\n")
+        holder.stdin.write(state_line({"x": 1}))
         holder.stdin.flush()
         code = wait_before_expiry(holder, last)
         ended = time.time()
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
     assert holder.stderr is not None
     err = holder.stderr.read().decode(errors="replace")
     assert code == 4, err
@@ -268,17 +247,13 @@ def test_a_run_whose_renewals_hang_stops_its_children_before_the_lease_expires(
         "--lock-timeout-seconds", "6", "--checkpoint-interval-seconds", "0", env=env,
         stdin=None, stdout=None,
     )  # fmt: skip
-    try:
+    with cli.reaped(holder):
         cli.wait_for_holder(direct, state_id, holder.pid)
         wait_until(lambda: len(children_of(holder.pid)) == 2, "the tap and target to start")
         children = list(children_of(holder.pid))
         last = _hang_renewals(kind, state_id, proxy, direct, holder)
         code = wait_before_expiry(holder, last)
         ended = time.time()
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
     assert holder.stderr is not None
     err = holder.stderr.read().decode(errors="replace")
     assert code == 4, err[-3000:]

@@ -6,8 +6,8 @@ PostgreSQL location); :class:`OnEmulator` also hands on what the emulator is mea
 to ignore; :class:`PrefixContract` checks a URI's ``bucket/prefix`` is joined exactly once.
 
 A test class mixes them in and provides the fixture ``location`` (a fresh location) and,
-for :class:`PrefixContract`, ``bucket_names`` (the names of every object in that
-location's bucket, listed with the service's own SDK, not the store).
+for :class:`PrefixContract`, ``list_bucket`` (the names of every object in a location's
+bucket, listed with the service's own SDK, not the store).
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ class OnEmulator(OnLocation):
 
 
 class PrefixContract:
-    def test_prefix_is_joined_exactly_once(
-        self, location: StoreLocation, bucket_names: Callable[[], list[str]]
-    ) -> None:
+    #: The names of every object in the location's bucket, as the service's own SDK lists them.
+    list_bucket: Callable[[StoreLocation], list[str]]
+
+    def test_prefix_is_joined_exactly_once(self, location: StoreLocation) -> None:
         scheme, b = location.emulator.scheme, location.bucket
         alias = store_type(scheme).schemes[-1]  # the scheme's other spelling, where it has one
         location.open(f"{scheme}://{b}/p").create("id/state.json", b"{}")
@@ -59,5 +60,5 @@ class PrefixContract:
         at_root = location.open(f"{scheme}://{b}")
         at_root.create("top", b"1")
         assert at_root.display_uri == f"{scheme}://{b}"
-        assert bucket_names() == ["p/id/state.json", "top"]
+        assert self.list_bucket(location) == ["p/id/state.json", "top"]
         assert sorted(at_root.list()) == ["p/id/state.json", "top"]

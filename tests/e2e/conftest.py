@@ -418,6 +418,17 @@ class Mapper:
             check=False,
         )
 
+    def spawn_filter(self, state_id: str, stderr: int) -> subprocess.Popen[bytes]:
+        """The filter on ``state_id``, fed through its stdin; what it passes on is dropped."""
+        return subprocess.Popen(
+            self.argv("--state-id", state_id),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=self.env(),
+            cwd=self.cwd,
+        )
+
     def run_args(
         self, state_id: str, source: Source, target: Target, run: str, *extra: str
     ) -> tuple[str, ...]:

@@ -90,11 +90,15 @@ class Project:
     def output(self) -> Path:
         return self.root / "output"
 
+    def executable(self) -> Path:
+        """The ``meltano`` this project runs."""
+        return tools.meltano()
+
     def meltano(
         self, *args: str, input: bytes | None = None, timeout: float = 120, **env: str
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(tools.meltano()), *args],
+            [str(self.executable()), *args],
             cwd=self.cwd,
             env={**self.env, **env},
             input=input.decode() if input is not None else None,
@@ -107,7 +111,7 @@ class Project:
     def spawn(self, *args: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
         with open(log, "wb") as out:
             return subprocess.Popen(
-                [str(tools.meltano()), *args],
+                [str(self.executable()), *args],
                 cwd=self.cwd,
                 env={**self.env, **env},
                 stdout=out,

@@ -30,7 +30,7 @@ import yaml
 
 from mapper_state.core import history, state
 from mapper_state.stores.base import BlobStore
-from tests.dist import Dist, outside_checkout, uv, uv_env
+from tests.dist import Dist, install_in_venv, outside_checkout, uv, uv_env
 from tests.e2e import tools
 from tests.e2e.test_meltano import (
     PIPELINE,
@@ -70,24 +70,13 @@ def meltano_addon(built_dist: Dist) -> Iterator[Path]:
             env=uv_env(),
         ).stdout
         (root / "meltano-pins.txt").write_text(pins)
-        for argv in (
-            [uv(), "venv", "--quiet", "--python", str(python), str(venv)],
-            [
-                uv(),
-                "pip",
-                "install",
-                "--quiet",
-                "--python",
-                str(venv / "bin" / "python"),
-                "--constraint",
-                str(root / "meltano-pins.txt"),
-                f"{built_dist.wheel}[all]",
-            ],
-        ):
-            result = subprocess.run(
-                argv, env=uv_env(), capture_output=True, text=True, timeout=600, check=False
-            )
-            assert result.returncode == 0, f"{argv} failed:\n{result.stderr[-4000:]}"
+        install_in_venv(
+            venv,
+            "--constraint",
+            str(root / "meltano-pins.txt"),
+            f"{built_dist.wheel}[all]",
+            python=str(python),
+        )
         site = next((venv / "lib").glob("python3*/site-packages"))
         (site / "zz-meltano.pth").write_text(f"{MELTANO_SITE}\n")
         launcher = venv / "bin" / "meltano"
@@ -121,29 +110,13 @@ class AddonProject(Project):
 
     launcher: Path = Path()
 
+    def executable(self) -> Path:
+        return self.launcher
+
     def meltano(
         self, *args: str, input: bytes | None = None, timeout: float = 180, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.launcher), *args],
-            cwd=self.cwd,
-            env={**self.env, **env},
-            input=input.decode() if input is not None else None,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def spawn(self, *args: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
-        with open(log, "wb") as out:
-            return subprocess.Popen(
-                [str(self.launcher), *args],
-                cwd=self.cwd,
-                env={**self.env, **env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        return super().meltano(*args, input=input, timeout=timeout, **env)
 
     def state(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return self.meltano("--log-level=warning", "state", *args, **env)  # type: ignore[arg-type]
@@ -173,26 +146,6 @@ def _location_backend(name: str, location: Any) -> Backend:
 
 
 @pytest.fixture
-def s3_backend(s3_location: Any) -> Backend:
-    return _location_backend("s3", s3_location)
-
-
-@pytest.fixture
-def rgw_backend(rgw_location: Any) -> Backend:
-    return _location_backend("rgw", rgw_location)
-
-
-@pytest.fixture
-def azure_backend(azure_location: Any) -> Backend:
-    return _location_backend("azure", azure_location)
-
-
-@pytest.fixture
-def gcs_backend(gcs_location: Any) -> Backend:
-    return _location_backend("gcs", gcs_location)
-
-
-@pytest.fixture
 def pg_backend(pg_location: Any) -> Backend:
     from mapper_state.stores import open_store
 
@@ -211,8 +164,16 @@ OTHERS = [
 ]
 
 
+#: The backends that are a location fixture of tests/conftest.py (``s3_location``...) as is.
+ON_A_LOCATION = ("s3", "rgw", "azure", "gcs")
+
+
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend named by the parameter: ``<name>_backend``."""
+    name = request.param.removesuffix("_backend")
+    if name in ON_A_LOCATION:
+        return _location_backend(name, request.getfixturevalue(f"{name}_location"))
     found: Backend = request.getfixturevalue(request.param)
     return found
 

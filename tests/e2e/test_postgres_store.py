@@ -66,14 +66,7 @@ def test_a_second_run_fails_at_once_while_the_lease_is_held_in_postgres(
     source: Source, jsonl: Target, store: Store, mapper: Mapper, state_id: str
 ) -> None:
     source.insert(1, 3)
-    holder = subprocess.Popen(
-        mapper.argv("--state-id", state_id),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=mapper.env(),
-        cwd=mapper.cwd,
-    )
+    holder = mapper.spawn_filter(state_id, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: store.lease(state_id) is not None, "the holder's lease", timeout=30)
         started = time.monotonic()
@@ -231,13 +224,7 @@ def test_meltano_runs_keep_the_state_and_the_lease_in_the_server_they_extract_fr
         assert source.pg.password not in output
 
     # while another run holds the lease in PostgreSQL, a Meltano run fails at once
-    holder = subprocess.Popen(
-        ours.argv("--state-id", state_id),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=ours.env(),
-    )
+    holder = ours.spawn_filter(state_id, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: not ours.lock_status(state_id)["free"], "the holder", timeout=30)
         source.insert(9, 9)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 
 import pytest
 from azure.storage.blob import BlobServiceClient
@@ -14,21 +11,12 @@ from azure.storage.blob import BlobServiceClient
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.azure.store import from_uri
-from mapper_state.stores.base import StoreAccessDenied, StoreError
+from mapper_state.stores.base import BlobStore, StoreAccessDenied
 from tests.contract.location_contract import OnEmulator, PrefixContract
-from tests.servers import AZURITE_KEY, FlakyProxy, StoreLocation, free_port
+from tests.servers import AZURITE_KEY, StoreLocation, free_port
+from tests.stores import wire_checks
 
 pytestmark = pytest.mark.cloud
-
-
-class TestAzureStore(OnEmulator, PrefixContract):
-    @pytest.fixture
-    def location(self, azure_location: StoreLocation) -> StoreLocation:
-        return azure_location
-
-    @pytest.fixture
-    def bucket_names(self, azure_location: StoreLocation) -> Callable[[], list[str]]:
-        return lambda: container_blobs(azure_location)
 
 
 def connection_string(
@@ -45,29 +33,17 @@ def container_blobs(location: StoreLocation) -> list[str]:
 
 def test_list_follows_pagination(azure_location: StoreLocation) -> None:
     store = from_uri(azure_location.uri.split("://", 1)[1], azure_location.options, page_size=4)
-    keys = [f"id-{i:02d}/state.json" for i in range(11)]
-    for key in keys:
-        store.create(key, b"{}")
-    from_uri(f"{azure_location.bucket}/{azure_location.prefix}ful", azure_location.options).create(
-        "not-mine", b"{}"
-    )  # shares the prefix string, not the folder
-    assert sorted(store.list()) == keys
-    assert sorted(store.list("id-1")) == keys[10:]
+    neighbour = from_uri(
+        f"{azure_location.bucket}/{azure_location.prefix}ful", azure_location.options
+    )
+    wire_checks.check_list_follows_pagination(store, neighbour)
 
 
 def test_missing_container_is_a_clear_error(azure_location: StoreLocation) -> None:
-    store = azure_location.open("azure://no-such-container/p")
-    for attempt in (
-        lambda: store.read("id/state.json"),
-        lambda: store.create("id/state.json", b"{}"),
-        lambda: store.delete("id/state.json"),
-        lambda: list(store.list()),
-    ):
-        with pytest.raises(
-            StoreError, match="Azure container 'no-such-container' does not exist"
-        ) as caught:
-            attempt()
-        assert type(caught.value) is StoreError
+    wire_checks.check_a_missing_bucket_is_a_clear_error(
+        azure_location.open("azure://no-such-container/p"),
+        "Azure container 'no-such-container' does not exist",
+    )
 
 
 def test_wrong_account_key_is_one_line_without_the_secret(azure_location: StoreLocation) -> None:
@@ -128,51 +104,39 @@ def test_connection_string_from_the_environment_as_meltano_reads_it(
 def test_unreachable_endpoint_fails_in_bounded_time(azure_location: StoreLocation) -> None:
     options = {"connection_string": connection_string(azure_location, port=free_port())}
     store = from_uri(f"{azure_location.bucket}/p", options, retry_deadline_seconds=1)
-    started = time.monotonic()
-    with pytest.raises(StoreError) as caught:
-        store.read("id/state.json")
-    assert time.monotonic() - started < 10
-    assert "cannot reach Azure Blob Storage at 127.0.0.1" in caught.value.message
-    assert "attempts" in caught.value.message
-    assert AZURITE_KEY not in caught.value.message
+    message = wire_checks.unreachable_error(store)
+    assert "cannot reach Azure Blob Storage at 127.0.0.1" in message
+    assert AZURITE_KEY not in message
 
 
 def azurite_port(location: StoreLocation) -> int:
     return int(re.search(r"127\.0\.0\.1:(\d+)", location.emulator.endpoint).group(1))  # type: ignore[union-attr]
 
 
+def through(location: StoreLocation) -> wire_checks.OpenThrough:
+    def open_through(port: int) -> BlobStore:
+        options = {"connection_string": connection_string(location, port=port)}
+        return open_store(location.uri, {"azure": options})
+
+    return open_through
+
+
 def test_connection_resets_are_retried(azure_location: StoreLocation) -> None:
-    azure_location.open().create("id/state.json", b"kept")
-    with FlakyProxy(azurite_port(azure_location), resets=3) as proxy:
-        options = {"connection_string": connection_string(azure_location, port=proxy.port)}
-        blob = open_store(azure_location.uri, {"azure": options}).read("id/state.json")
-    assert blob is not None
-    assert blob.data == b"kept"
-    assert proxy.accepted > 3
+    wire_checks.check_resets_are_retried(
+        azure_location.open(), azurite_port(azure_location), through(azure_location), resets=3
+    )
 
 
 def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
     azure_location: StoreLocation,
-) -> None:
-    with FlakyProxy(azurite_port(azure_location), lost_responses=1) as proxy:
-        options = {"connection_string": connection_string(azure_location, port=proxy.port)}
-        store = open_store(azure_location.uri, {"azure": options})
-        version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 409 on the retry
-        blob = store.read("id/mapper-state.lease.json")
-    assert blob is not None
-    assert blob.data == b"mine"
-    assert blob.version == version
-    assert proxy.accepted >= 2
+) -> None:  # Azure answers the retry 409
+    wire_checks.check_a_lost_answer_is_not_a_conflict(
+        azurite_port(azure_location), through(azure_location)
+    )
 
 
 def test_opening_other_stores_imports_no_azure_sdk() -> None:
-    code = (
-        "import sys, tempfile\n"
-        "from mapper_state.stores import open_store\n"
-        "open_store('file://' + tempfile.mkdtemp()).list()\n"
-        "assert not [m for m in sys.modules if m.startswith('azure')], 'SDK imported'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    wire_checks.check_other_stores_import_no_sdk("azure")
 
 
 def test_account_url_without_an_azure_identity_is_access_denied(
@@ -196,3 +160,14 @@ def test_account_url_without_an_azure_identity_is_access_denied(
     assert "Azure refused read" in caught.value.message
     assert "\n" not in caught.value.message
     assert time.monotonic() - started < 20
+
+
+# -- the contracts -----------------------------------------------------------------------
+
+
+class TestAzureStore(OnEmulator, PrefixContract):
+    list_bucket = staticmethod(container_blobs)
+
+    @pytest.fixture
+    def location(self, azure_location: StoreLocation) -> StoreLocation:
+        return azure_location

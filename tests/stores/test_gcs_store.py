@@ -8,10 +8,6 @@ ignores every precondition: it is here to show the store is unsafe there.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,22 +16,13 @@ from google.cloud import storage
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.base import PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied
 from mapper_state.stores.gcs.store import from_uri
 from tests.contract.location_contract import OnEmulator, PrefixContract
-from tests.servers import FlakyProxy, StoreLocation, free_port
+from tests.servers import StoreLocation, free_port
+from tests.stores import wire_checks
 
 pytestmark = pytest.mark.cloud
-
-
-class TestGcsStore(OnEmulator, PrefixContract):
-    @pytest.fixture
-    def location(self, gcs_location: StoreLocation) -> StoreLocation:
-        return gcs_location
-
-    @pytest.fixture
-    def bucket_names(self, gcs_location: StoreLocation) -> Callable[[], list[str]]:
-        return lambda: bucket_objects(gcs_location)
 
 
 def bucket_objects(location: StoreLocation) -> list[str]:
@@ -52,12 +39,7 @@ def test_list_follows_pagination(
 ) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_location.emulator.endpoint)
     store = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {}, page_size=4)
-    keys = [f"id-{i:02d}/state.json" for i in range(11)]
-    for key in keys:
-        store.create(key, b"{}")
-    gcs_location.open(f"{gcs_location.uri}ful").create("not-mine", b"{}")  # shares the string
-    assert sorted(store.list()) == keys
-    assert sorted(store.list("id-1")) == keys[10:]
+    wire_checks.check_list_follows_pagination(store, gcs_location.open(f"{gcs_location.uri}ful"))
 
 
 def test_versions_are_generations(gcs_location: StoreLocation) -> None:
@@ -70,16 +52,9 @@ def test_versions_are_generations(gcs_location: StoreLocation) -> None:
 
 
 def test_missing_bucket_is_a_clear_error(gcs_location: StoreLocation) -> None:
-    store = gcs_location.open("gs://no-such-bucket/p")
-    for attempt in (
-        lambda: store.read("id/state.json"),
-        lambda: store.create("id/state.json", b"{}"),
-        lambda: store.delete("id/state.json"),
-        lambda: list(store.list()),
-    ):
-        with pytest.raises(StoreError, match="bucket 'no-such-bucket' does not exist") as caught:
-            attempt()
-        assert type(caught.value) is StoreError
+    wire_checks.check_a_missing_bucket_is_a_clear_error(
+        gcs_location.open("gs://no-such-bucket/p"), "bucket 'no-such-bucket' does not exist"
+    )
 
 
 @pytest.mark.parametrize(
@@ -136,42 +111,37 @@ def test_unreachable_endpoint_fails_in_bounded_time(
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
     store = from_uri(f"{gcs_location.bucket}/p", {}, retry_deadline_seconds=1)
-    started = time.monotonic()
-    with pytest.raises(StoreError) as caught:
-        store.read("id/state.json")
-    assert time.monotonic() - started < 10
-    assert f"cannot reach Google Cloud Storage at {endpoint}" in caught.value.message
-    assert "attempts" in caught.value.message
+    assert f"cannot reach Google Cloud Storage at {endpoint}" in wire_checks.unreachable_error(
+        store
+    )
 
 
 def port_of(location: StoreLocation) -> int:
     return int(location.emulator.endpoint.rsplit(":", 1)[1])
 
 
+def through(location: StoreLocation, monkeypatch: pytest.MonkeyPatch) -> wire_checks.OpenThrough:
+    def open_through(port: int) -> BlobStore:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+        return from_uri(f"{location.bucket}/{location.prefix}", {})
+
+    return open_through
+
+
 def test_connection_resets_are_retried(
     gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gcs_location.open().create("id/state.json", b"kept")
-    with FlakyProxy(port_of(gcs_location), resets=3) as proxy:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.port}")
-        blob = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {}).read("id/state.json")
-    assert blob is not None
-    assert blob.data == b"kept"
-    assert proxy.accepted > 3
+    wire_checks.check_resets_are_retried(
+        gcs_location.open(), port_of(gcs_location), through(gcs_location, monkeypatch), resets=3
+    )
 
 
 def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
     gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with FlakyProxy(port_of(gcs_location), lost_responses=1) as proxy:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.port}")
-        store = from_uri(f"{gcs_location.bucket}/{gcs_location.prefix}", {})
-        version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 412 on the retry
-        blob = store.read("id/mapper-state.lease.json")
-    assert blob is not None
-    assert blob.data == b"mine"
-    assert blob.version == version
-    assert proxy.accepted >= 2
+) -> None:  # GCS answers the retry 412
+    wire_checks.check_a_lost_answer_is_not_a_conflict(
+        port_of(gcs_location), through(gcs_location, monkeypatch)
+    )
 
 
 def test_fake_gcs_server_ignores_delete_preconditions_only(gcs_location: StoreLocation) -> None:
@@ -202,10 +172,15 @@ def test_gcp_storage_emulator_ignores_every_precondition(
 
 
 def test_opening_other_stores_imports_no_google_sdk() -> None:
-    code = (
-        "import sys, tempfile\n"
-        "from mapper_state.stores import open_store\n"
-        "open_store('file://' + tempfile.mkdtemp()).list()\n"
-        "assert not [m for m in sys.modules if m.startswith('google')], 'SDK imported'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    wire_checks.check_other_stores_import_no_sdk("google")
+
+
+# -- the contracts -----------------------------------------------------------------------
+
+
+class TestGcsStore(OnEmulator, PrefixContract):
+    list_bucket = staticmethod(bucket_objects)
+
+    @pytest.fixture
+    def location(self, gcs_location: StoreLocation) -> StoreLocation:
+        return gcs_location

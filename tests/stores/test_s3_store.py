@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,22 +11,13 @@ import pytest
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.base import StoreAccessDenied, StoreError
+from mapper_state.stores.base import StoreAccessDenied
 from mapper_state.stores.s3.store import from_uri
 from tests.contract.location_contract import OnEmulator, PrefixContract
-from tests.servers import Emulator, FlakyProxy, StoreLocation, free_port
+from tests.servers import Emulator, StoreLocation, free_port
+from tests.stores import wire_checks
 
 pytestmark = pytest.mark.cloud
-
-
-class TestS3Store(OnEmulator, PrefixContract):
-    @pytest.fixture
-    def location(self, s3_location: StoreLocation) -> StoreLocation:
-        return s3_location
-
-    @pytest.fixture
-    def bucket_names(self, s3_location: StoreLocation) -> Callable[[], list[str]]:
-        return lambda: bucket_keys(s3_location)
 
 
 def raw_client(emulator: Emulator) -> Any:  # a boto3 S3 client
@@ -113,15 +100,11 @@ def test_uri_without_bucket_is_refused() -> None:
 
 
 def test_missing_bucket_is_a_clear_error(s3_location: StoreLocation) -> None:
-    store = s3_location.open("s3://no-such-bucket/p")
-    for attempt in (
-        lambda: store.read("id/state.json"),
-        lambda: store.create("id/state.json", b"{}"),
-        lambda: list(store.list()),
-    ):
-        with pytest.raises(StoreError, match="S3 bucket 'no-such-bucket' does not exist") as caught:
-            attempt()
-        assert type(caught.value) is StoreError
+    wire_checks.check_a_missing_bucket_is_a_clear_error(
+        s3_location.open("s3://no-such-bucket/p"),
+        "S3 bucket 'no-such-bucket' does not exist",
+        asks=("read", "create", "list"),
+    )
 
 
 def test_wrong_credentials_are_one_line_without_the_secret(moto_auth_server: Emulator) -> None:
@@ -161,44 +144,39 @@ def test_unreachable_endpoint_fails_in_bounded_time(s3_location: StoreLocation) 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     options = {**s3_location.options, "endpoint_url": endpoint}
     store = from_uri(f"{s3_location.bucket}/p", options, retry_deadline_seconds=1)
-    started = time.monotonic()
-    with pytest.raises(StoreError) as caught:
-        store.read("id/state.json")
-    assert time.monotonic() - started < 10
-    assert f"cannot reach S3 at {endpoint}" in caught.value.message
-    assert "attempts" in caught.value.message
+    assert f"cannot reach S3 at {endpoint}" in wire_checks.unreachable_error(store)
+
+
+def moto_port(location: StoreLocation) -> int:
+    return int(location.options["endpoint_url"].rsplit(":", 1)[1])
+
+
+def through(location: StoreLocation) -> wire_checks.OpenThrough:
+    return lambda port: location.open(endpoint_url=f"http://127.0.0.1:{port}")
 
 
 def test_connection_resets_are_retried(s3_location: StoreLocation) -> None:
-    port = int(s3_location.options["endpoint_url"].rsplit(":", 1)[1])
-    s3_location.open().create("id/state.json", b"kept")
-    with FlakyProxy(port, resets=4) as proxy:
-        store = s3_location.open(endpoint_url=f"http://127.0.0.1:{proxy.port}")
-        blob = store.read("id/state.json")
-    assert blob is not None
-    assert blob.data == b"kept"
-    assert proxy.accepted > 4
+    wire_checks.check_resets_are_retried(
+        s3_location.open(), moto_port(s3_location), through(s3_location), resets=4
+    )
 
 
 def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
     s3_location: StoreLocation,
-) -> None:
-    port = int(s3_location.options["endpoint_url"].rsplit(":", 1)[1])
-    with FlakyProxy(port, lost_responses=1) as proxy:
-        store = s3_location.open(endpoint_url=f"http://127.0.0.1:{proxy.port}")
-        version = store.create("id/mapper-state.lease.json", b"mine")  # retried: 412 on the retry
-        blob = store.read("id/mapper-state.lease.json")
-    assert blob is not None
-    assert blob.data == b"mine"
-    assert blob.version == version
-    assert proxy.accepted >= 2
+) -> None:  # S3 answers the retry 412
+    wire_checks.check_a_lost_answer_is_not_a_conflict(moto_port(s3_location), through(s3_location))
 
 
 def test_opening_other_stores_imports_no_aws_sdk() -> None:
-    code = (
-        "import sys, tempfile\n"
-        "from mapper_state.stores import open_store\n"
-        "open_store('file://' + tempfile.mkdtemp()).list()\n"
-        "assert 'boto3' not in sys.modules and 'botocore' not in sys.modules, 'SDK imported'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    wire_checks.check_other_stores_import_no_sdk("boto3", "botocore")
+
+
+# -- the contracts -----------------------------------------------------------------------
+
+
+class TestS3Store(OnEmulator, PrefixContract):
+    list_bucket = staticmethod(bucket_keys)
+
+    @pytest.fixture
+    def location(self, s3_location: StoreLocation) -> StoreLocation:
+        return s3_location

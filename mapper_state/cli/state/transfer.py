@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 from mapper_state import log
@@ -11,14 +13,24 @@ from mapper_state.errors import ExitCode
 from mapper_state.ops import commands as ops
 
 _CODES = (ExitCode.BAD_INPUT, ExitCode.NOT_FOUND)
-_force_option = click.option("--force", is_flag=True, help="Replace DST if it exists.")
+
+
+def _transfer_arguments(body: Callable[..., None]) -> Callable[..., None]:
+    """SRC, DST and ``--force``, under the lease: what ``copy`` and ``move`` both take."""
+    for decorate in reversed(
+        (
+            click.argument("src", type=STATE_ID),
+            click.argument("dst", type=STATE_ID),
+            click.option("--force", is_flag=True, help="Replace DST if it exists."),
+            store_command(lease=True, codes=_CODES),
+        )
+    ):
+        body = decorate(body)
+    return body
 
 
 @click.command("copy")
-@click.argument("src", type=STATE_ID)
-@click.argument("dst", type=STATE_ID)
-@_force_option
-@store_command(lease=True, codes=_CODES)
+@_transfer_arguments
 def state_copy(cx: StoreAccess, src: str, dst: str, force: bool) -> None:
     """Copy the state of SRC to DST (DST under the lease).
 
@@ -33,10 +45,7 @@ def state_copy(cx: StoreAccess, src: str, dst: str, force: bool) -> None:
 
 
 @click.command("move")
-@click.argument("src", type=STATE_ID)
-@click.argument("dst", type=STATE_ID)
-@_force_option
-@store_command(lease=True, codes=_CODES)
+@_transfer_arguments
 def state_move(cx: StoreAccess, src: str, dst: str, force: bool) -> None:
     """Move the state of SRC to DST, holding both leases.
 
