@@ -610,10 +610,14 @@ class Lease:
 
     def _release_if_ours(self, record: LeaseRecord) -> None:
         """After losing the lease because the store did not answer: the record may still be
-        ours (a renewal landed unseen). Release it then; anyone else's is left alone."""
+        ours (a renewal landed unseen). Release it then, unless it expires within the skew
+        allowance anyway (the lost renewal did not land): a write to a store that does not
+        answer would only keep this process past its lease. Anyone else's is left alone."""
         try:
             found, blob = self._read_within(check_seconds(self.ttl))
-            if blob is not None and found is not None and self._ours(found):
+            if blob is None or found is None or not self._ours(found):
+                return
+            if found.expires_at - self.clock() > skew_allowance(self.ttl):
                 self._release_by_swap(found, blob.version)
         except PreconditionFailed:
             return

@@ -186,8 +186,16 @@ def test_state_get_gives_up_on_a_black_hole_within_a_third_of_the_ttl(
 def _hang_renewals(
     kind: str, state_id: str, proxy: Any, direct: Any, holder: Any
 ) -> dict[str, Any]:
-    """Black-hole every write of the lease from now on; the last record that reached the store."""
-    proxy.set_faults(blackhole=1.0, blackhole_seconds=120, **lease_writes(kind, state_id))
+    """Black-hole every renewal of the lease from now on; the last record that reached the store.
+
+    On an S3-compatible endpoint the acquire ends with a second create-if-absent (the proof
+    that the endpoint enforces it), which may still be on its way: only the compare-and-swap
+    writes (``If-Match``) are renewals there.
+    """
+    renewals = {"headers": ["If-Match"]} if kind in ("s3", "rgw") else {}
+    proxy.set_faults(
+        blackhole=1.0, blackhole_seconds=120, **lease_writes(kind, state_id), **renewals
+    )
     time.sleep(0.5)  # a renewal already past the proxy lands; later ones hang
     record = cli.lease_record(direct, state_id)
     assert record is not None
