@@ -49,6 +49,7 @@ AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-b
 INSTALL_DEV = "uv pip install --python .venv/bin/python -e '.[all,dev]'"
 INSTALL_EMULATORS = "scripts/install-emulators.sh"
 S3RVER_BIN = ROOT / ".tools" / "s3rver" / "node_modules" / ".bin" / "s3rver"
+S3RVER_SCRIPT = ROOT / "tests" / "fixtures" / "s3rver_server.js"
 AZURITE_ACCOUNT = "devstoreaccount1"
 # Azurite's fixed, publicly documented development key.
 AZURITE_KEY = (
@@ -253,7 +254,9 @@ def s3rver_server() -> Iterator[Emulator]:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="mapper-state-s3rver-") as data:
-        args = [str(S3RVER_BIN), "-d", data, "-a", "127.0.0.1", "-p", str(port), "--silent"]
+        # run through a wrapper that outlives s3rver's own crash on a PUT racing a DELETE
+        module = S3RVER_BIN.parent.parent / "s3rver"
+        args = ["node", str(S3RVER_SCRIPT), str(module), data, str(port)]
         with _process(args, endpoint, "s3rver"):
             options = {
                 "endpoint_url": endpoint,

@@ -208,7 +208,7 @@ class LineScanner:
             return
         if isinstance(value, dict) and value.get("type") == "STATE" and "value" in value:
             value = value["value"]  # a target that echoes Singer STATE messages: their value
-        elif not isinstance(value, dict) or value.get("type") in _SINGER_TYPES:
+        elif not isinstance(value, dict) or _singer_type(value.get("type")):
             self.on_bad(_not_a_state(value))
             return
         self.states += 1
@@ -217,6 +217,11 @@ class LineScanner:
 
 #: Singer message types a target may print on stdout that are not states it confirms.
 _SINGER_TYPES = frozenset({"STATE", "RECORD", "SCHEMA", "ACTIVATE_VERSION", "BATCH"})
+
+
+def _singer_type(kind: object) -> bool:
+    """Is ``kind`` (a ``type`` key, which may hold any JSON value) a Singer message type?"""
+    return isinstance(kind, str) and kind in _SINGER_TYPES
 
 
 def _not_a_state(value: object) -> str:

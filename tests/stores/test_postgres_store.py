@@ -438,6 +438,7 @@ def test_doctor_passes_through_the_cli(pg_location: PostgresLocation) -> None:
         "compare-and-swap": "ok",
         "conditional delete": "ok",
         "release": "ok",
+        "operator delete": "ok",
     }
     assert pg_location.rows() == []  # it cleaned up
 
