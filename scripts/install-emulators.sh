@@ -19,10 +19,6 @@ S3RVER_VERSION="3.7.1"
 S3RVER_DIR="$ROOT/.tools/s3rver"
 S3RVER_BIN="$S3RVER_DIR/node_modules/.bin/s3rver"
 
-installed_version() {
-    node -p "require('$AZURITE_DIR/node_modules/azurite/package.json').version" 2>/dev/null || true
-}
-
 npm_version() {  # $1: directory, $2: package
     node -p "require('$1/node_modules/$2/package.json').version" 2>/dev/null || true
 }
@@ -32,22 +28,16 @@ if ! command -v npm >/dev/null 2>&1; then
     exit 1
 fi
 
-if [ -x "$AZURITE_BIN" ] && [ "$(installed_version)" = "$AZURITE_VERSION" ]; then
-    echo "install-emulators: azurite $AZURITE_VERSION already in $AZURITE_DIR"
-else
-    mkdir -p "$AZURITE_DIR"
-    [ -f "$AZURITE_DIR/package.json" ] || echo '{"private": true}' > "$AZURITE_DIR/package.json"
-    npm install --prefix "$AZURITE_DIR" --no-audit --no-fund --loglevel=error \
-        --save-exact "azurite@$AZURITE_VERSION"
-    echo "install-emulators: azurite $(installed_version) installed in $AZURITE_DIR"
-fi
+npm_install() {  # $1: package, $2: pinned version, $3: directory, $4: the executable it brings
+    if [ -x "$4" ] && [ "$(npm_version "$3" "$1")" = "$2" ]; then
+        echo "install-emulators: $1 $2 already in $3"
+        return
+    fi
+    mkdir -p "$3"
+    [ -f "$3/package.json" ] || echo '{"private": true}' > "$3/package.json"
+    npm install --prefix "$3" --no-audit --no-fund --loglevel=error --save-exact "$1@$2"
+    echo "install-emulators: $1 $(npm_version "$3" "$1") installed in $3"
+}
 
-if [ -x "$S3RVER_BIN" ] && [ "$(npm_version "$S3RVER_DIR" s3rver)" = "$S3RVER_VERSION" ]; then
-    echo "install-emulators: s3rver $S3RVER_VERSION already in $S3RVER_DIR"
-else
-    mkdir -p "$S3RVER_DIR"
-    [ -f "$S3RVER_DIR/package.json" ] || echo '{"private": true}' > "$S3RVER_DIR/package.json"
-    npm install --prefix "$S3RVER_DIR" --no-audit --no-fund --loglevel=error \
-        --save-exact "s3rver@$S3RVER_VERSION"
-    echo "install-emulators: s3rver $(npm_version "$S3RVER_DIR" s3rver) installed in $S3RVER_DIR"
-fi
+npm_install azurite "$AZURITE_VERSION" "$AZURITE_DIR" "$AZURITE_BIN"
+npm_install s3rver "$S3RVER_VERSION" "$S3RVER_DIR" "$S3RVER_BIN"
