@@ -55,3 +55,18 @@ def test_a_relative_store_inside_a_meltano_project_is_the_projects(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     assert (tmp_path / ".meltano" / "state" / "dev:a-to-b" / "state.json").exists()
     assert not (sub / ".meltano").exists()
+
+
+def test_the_add_ons_relative_file_uri_is_the_projects_for_the_mapper_too(tmp_path: Path) -> None:
+    """Meltano hands the mapper `mapper-state+file://.meltano/state`: the same place the add-on
+    reads (the project's), not the directory `meltano` was started in."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    env = clean_env(
+        MELTANO_PROJECT_ROOT=str(tmp_path),
+        MELTANO_STATE_BACKEND_URI="mapper-state+file://.meltano/state",
+    )
+    result = run_cli("state", "set", "dev:a-to-b", '{"x": 2}', cwd=sub, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / ".meltano" / "state" / "dev:a-to-b" / "state.json").exists()
+    assert not (sub / ".meltano").exists()

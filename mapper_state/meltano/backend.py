@@ -80,6 +80,16 @@ def _installed_meltano() -> str | None:
         return None
 
 
+def _project_root() -> str:
+    """The root of the Meltano project this Meltano process found (the cwd outside one)."""
+    from meltano.core.project import Project, ProjectNotFound
+
+    try:
+        return str(Project.find().root)
+    except ProjectNotFound:
+        return os.getcwd()
+
+
 def resolve_settings(kwargs: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
     """mapper-state's settings from Meltano's keyword arguments, then ``MAPPER_STATE_*``, then
     ``MELTANO_STATE_BACKEND_*`` (the store's own names), then the defaults; each SDK reads its
@@ -98,6 +108,9 @@ def resolve_settings(kwargs: Mapping[str, Any], env: Mapping[str, str] | None = 
         short = spec.name.rsplit(".", 1)[1]
         flags[backend_schemes.ours(store, short)] = kwargs.get(short)
     env = {k: v for k, v in env.items() if k != "MELTANO_STATE_BACKEND_URI"}
+    # a relative mapper-state+file:// path is the project's, as for the mapper plugin,
+    # whichever directory of the project `meltano` was started in
+    env.setdefault("MELTANO_PROJECT_ROOT", _project_root())
     settings = load_settings(flags, env=env, sources=[SOURCE])
     values = dict(settings.values)
     if settings.sources.get("state_backend.lock_wait_seconds") == "default":

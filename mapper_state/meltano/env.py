@@ -219,7 +219,9 @@ def resolve_uri(uri: str, source: str, env: Mapping[str, str] | None = None) -> 
     the cwd where ``meltano`` was started, which may be any directory of the project.
     """
     if source == BACKEND_URI_VAR:
-        return from_meltano_uri(uri)
+        # Meltano's own file:// URIs come back absolute; mapper-state+file://rel stays
+        # relative, and is the project's below, as the state backend add-on reads it
+        uri = from_meltano_uri(uri)
     root = project_root(env)
     if not root:
         return uri

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from mapper_state.core import history, state
+from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
 from tests.dist import Dist, install_in_venv, outside_checkout, uv, uv_env
 from tests.e2e import tools
@@ -442,3 +443,19 @@ def test_an_older_meltano_is_refused_with_the_version_it_needs() -> None:
     assert result.returncode == 0, result.stderr
     needed = ".".join(map(str, MINIMUM_MELTANO))
     assert f"needs Meltano {needed} or newer (found 3.7.2)" in result.stdout
+
+
+def test_a_relative_file_uri_is_the_projects_from_any_directory(
+    tmp_path: Path, meltano_addon: Path, file_backend: Backend
+) -> None:
+    """`mapper-state+file://.meltano/state` is the project's `.meltano/state`, for the add-on
+    and for plain mapper-state, whichever directory `meltano` is started in."""
+    root = tmp_path / "project"
+    project = project_for(root, meltano_addon, file_backend, "mapper-state+file://.meltano/state")
+    assert project.cwd != project.root  # `meltano` starts in a subdirectory
+    project.ok("set", "--force", "dev:rel", singer({"bookmarks": {"s": {"x": 1}}}))
+    assert (root / ".meltano" / "state" / "dev:rel" / "state.json").is_file()
+    assert not (project.cwd / ".meltano").exists()
+    assert "dev:rel" in project.ok("list")
+    ours = open_store(f"file://{root}/.meltano/state")
+    assert state.load(ours, "dev:rel").value == {"bookmarks": {"s": {"x": 1}}}
