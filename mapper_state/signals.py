@@ -6,6 +6,13 @@ must not be cut in half (creating the lease object and remembering that we did):
 a signal that arrives meanwhile is delivered right after. ``wake_main()`` lets a
 background thread (the heartbeat, on losing the lease) interrupt the main thread
 even while it waits in a read, through ``raising(wake=...)``.
+
+``HELD`` is the cheap form of ``deferred()`` for the hot path: the main thread takes a
+lock shared with a background thread (offering a state to the checkpointer) inside
+``with signals.HELD:``. An exception raised by a signal handler between a lock's
+acquisition and the start of its ``with`` block would leave the lock held for good, and
+the run would hang at exit waiting for it; under ``HELD`` the handler only notes the
+signal, and it is raised when the block ends, with the lock released.
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ def raising(wake: Callable[[], None] | None = None) -> Iterator[None]:
     global _wake_installed
 
     def handler(signum: int, frame: object) -> None:
+        if HELD.depth:
+            HELD.noted = signum  # raised when the held block ends
+            return
         raise Interrupted(signum)
 
     def on_wake(signum: int, frame: object) -> None:
@@ -43,6 +53,31 @@ def raising(wake: Callable[[], None] | None = None) -> Iterator[None]:
         _wake_installed = False
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+class _Held:
+    """``with HELD:`` a stop signal arriving in the block is raised at its end. Signal
+    handlers run in the main thread only, so in any other thread this does nothing."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.noted: int | None = None
+        self._main = threading.main_thread().ident
+
+    def __enter__(self) -> None:
+        if threading.get_ident() == self._main:
+            self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if threading.get_ident() != self._main:
+            return
+        self.depth -= 1
+        if not self.depth and self.noted is not None:
+            signum, self.noted = self.noted, None
+            raise Interrupted(signum)
+
+
+HELD = _Held()
 
 
 def wake_main() -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mapper_state import log
+from mapper_state import log, signals
 from mapper_state.errors import LeaseLost, MapperStateError
 from mapper_state.stores.base import StoreError
 
@@ -38,7 +38,7 @@ class Checkpointer:
 
     def offer(self, value: Any) -> None:
         """Called by the pump for each state; cheap, never blocks on the store."""
-        with self._cond:
+        with signals.HELD, self._cond:  # a signal must not leave the lock taken
             self._pending = value
             self._cond.notify()
 
@@ -93,7 +93,7 @@ class Checkpointer:
             self._last_write = time.monotonic()
 
     def _stop_thread(self, timeout: float | None = None) -> None:
-        with self._cond:
+        with signals.HELD, self._cond:
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout)
@@ -102,7 +102,7 @@ class Checkpointer:
         """Write the newest uncommitted state now; return whether anything was written."""
         self._stop_thread()
         self.check()
-        with self._cond:
+        with signals.HELD, self._cond:
             value, self._pending = self._pending, _NOTHING
         if value is _NOTHING:
             return False
@@ -115,6 +115,6 @@ class Checkpointer:
         A write still waiting on the store is not waited for longer than ``timeout``:
         it is fenced (conditional on versions) and may be left to fail on its own.
         """
-        with self._cond:
+        with signals.HELD, self._cond:
             self._pending = _NOTHING
         self._stop_thread(timeout)

@@ -1,0 +1,59 @@
+"""A stop signal never leaves a lock taken: the checkpointer's lock, shared by the pump and
+the background writer, is taken under ``signals.HELD``.
+
+A signal handler that raises between a lock's acquisition and the start of its ``with``
+block leaves the lock held for good, and the run then hangs at exit waiting for it (seen
+as a filter that never ended after SIGTERM). These tests send the signal while the main
+thread waits for the lock, held by another thread that lets it go afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from mapper_state import signals
+from mapper_state.core.checkpoint import Checkpointer
+from mapper_state.errors import Interrupted
+
+
+def test_a_signal_in_a_held_block_is_raised_when_the_block_ends() -> None:
+    reached_the_end = False
+    with signals.raising(), pytest.raises(Interrupted) as caught:
+        with signals.HELD:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler has run by now
+            reached_the_end = True
+    assert reached_the_end
+    assert caught.value.exit_code == 128 + signal.SIGTERM
+
+
+def test_a_signal_while_the_pump_offers_a_state_leaves_the_lock_free() -> None:
+    committed: list[object] = []
+    checkpointer = Checkpointer(committed.append, interval=60)
+    lock = checkpointer._cond  # noqa: SLF001  # what the pump and the writer share
+    released = threading.Event()
+
+    def hold_then_signal() -> None:
+        with lock:
+            time.sleep(0.1)  # the main thread now waits for the lock
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+        released.set()
+
+    with signals.raising(), pytest.raises(Interrupted):
+        holder = threading.Thread(target=hold_then_signal)
+        holder.start()
+        time.sleep(0.05)
+        checkpointer.offer({"n": 1})
+    holder.join()
+    assert released.is_set()
+    assert lock.acquire(timeout=1), "the checkpointer's lock was left taken"
+    lock.release()
+    # the offer completed before the signal was raised, so finishing still writes it
+    assert checkpointer.finish()
+    assert committed == [{"n": 1}]
