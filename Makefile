@@ -7,6 +7,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# Python here may run with PYTHONDONTWRITEBYTECODE set (containers often do): then every
+# process compiles every module it imports, and a Meltano command spends three seconds of
+# CPU before it starts. Installs compile their bytecode, and the tests may cache theirs.
+export UV_COMPILE_BYTECODE := 1
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test test-fast test-e2e test-wheel chaos bench lint format reference dist setup tools clean
 
 $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
@@ -31,7 +37,7 @@ demo: setup
 # PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 test: setup tools
-	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/pytest -q -m "not e2e and not cloud"

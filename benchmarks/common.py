@@ -75,6 +75,7 @@ class Scale:
     fleet_replicas: int
     requests_records: int  # the requests-per-run scenarios' stream
     requests_state_every: int
+    backend_list_ids: int  # state IDs listed by `meltano state list`, each backend
 
 
 DEFAULT = Scale(
@@ -96,6 +97,7 @@ DEFAULT = Scale(
     fleet_replicas=4,
     requests_records=1_000,
     requests_state_every=100,
+    backend_list_ids=5_000,
 )
 
 TINY = Scale(
@@ -117,6 +119,7 @@ TINY = Scale(
     fleet_replicas=2,
     requests_records=100,
     requests_state_every=20,
+    backend_list_ids=50,
 )
 
 SCALES = {s.name: s for s in (DEFAULT, TINY)}

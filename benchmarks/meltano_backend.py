@@ -34,7 +34,6 @@ from benchmarks.common import (
 from benchmarks.wire import Wire, breakdown, s3_behind_proxy, seed, shown
 
 BUCKET = "bench-backend"
-LIST_IDS = 5_000
 WRITERS = 8
 TIMEOUT = 600.0
 BACKENDS = (("Meltano's S3 backend", "s3"), ("mapper-state's add-on", "mapper-state+s3"))
@@ -53,6 +52,7 @@ def addon_meltano(work: Path) -> str:
             "pip",
             "install",
             "--quiet",
+            "--compile-bytecode",
             "--python",
             str(venv / "bin" / "python"),
             f"{ROOT}[s3]",
@@ -108,13 +108,14 @@ def _lost(wire: Wire, prefix: str, state_id: str) -> int:
 
 
 def _figures(
-    wire: Wire, meltano: str, project: Path, work: Path, scheme: str, rounds: int
+    wire: Wire, meltano: str, project: Path, work: Path, scheme: str, scale: Scale
 ) -> dict[str, tuple[list[str], float]]:
     """One backend's figures: ``{measure: (requests, seconds)}``; the race's in ``lost``."""
     prefix = scheme.replace("+", "-")
     env = wire.meltano_env(work, f"{scheme}://{BUCKET}/{prefix}")
     state = json.dumps({"singer_state": {"bookmarks": {"events": {"id": 1}}}})
     found: dict[str, tuple[list[str], float]] = {}
+    ids, rounds = scale.backend_list_ids, race_rounds(scale)
     for what, args in (
         ("`meltano state set`", ("state", "set", "--force", "dev:bench", state)),
         ("`meltano run tap-sample target-jsonl`", ("run", "tap-sample", "target-jsonl")),
@@ -122,10 +123,10 @@ def _figures(
         found[what] = _count(wire, functools.partial(_run, meltano, project, env, *args))
     doc = json.dumps({"completed": {"singer_state": {"bookmarks": {}}}, "partial": {}}).encode()
     seed(
-        wire, BUCKET, ((f"{prefix}-list/dev:tap-{i:04d}/state.json", doc) for i in range(LIST_IDS))
+        wire, BUCKET, ((f"{prefix}-list/dev:tap-{i:04d}/state.json", doc) for i in range(ids))
     )
     list_env = wire.meltano_env(work, f"{scheme}://{BUCKET}/{prefix}-list")
-    found[f"`meltano state list`, {LIST_IDS:,} IDs"] = _count(
+    found[f"`meltano state list`, {ids:,} IDs"] = _count(
         wire, functools.partial(_run, meltano, project, list_env, "state", "list")
     )
     lost = 0
@@ -150,6 +151,10 @@ def _figures(
     return found
 
 
+def race_rounds(scale: Scale) -> int:
+    return max(1, scale.requests_records // 200)
+
+
 def _run(meltano: str, project: Path, env: dict[str, str], *args: str) -> None:
     _done(_meltano(meltano, project, env, *args))
 
@@ -157,7 +162,7 @@ def _run(meltano: str, project: Path, env: dict[str, str], *args: str) -> None:
 def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
     require(MELTANO, TAP_SAMPLE)
     section = Section("meltano-backend", "Meltano's S3 state backend against mapper-state's add-on")
-    rounds = max(1, scale.requests_records // 200)
+    rounds = race_rounds(scale)
     with workdir("meltano-backend") as work, s3_behind_proxy() as wire:
         wire.create_bucket(BUCKET)
         progress("installing the add-on into a copy of Meltano's environment")
@@ -166,7 +171,7 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
         figures = {}
         for label, scheme in BACKENDS:
             progress(f"{label}: state set, run, list, merge race")
-            figures[scheme] = _figures(wire, meltano, project, work, scheme, rounds)
+            figures[scheme] = _figures(wire, meltano, project, work, scheme, scale)
     theirs, ours = figures["s3"], figures["mapper-state+s3"]
     for what in (k for k in ours if k != "lost"):
         (mine, my_s), (base, base_s) = ours[what], theirs[what]

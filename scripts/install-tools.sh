@@ -58,6 +58,10 @@ if command -v flock >/dev/null 2>&1; then
   flock 9
 fi
 
+# Compile each tool's bytecode at install: with PYTHONDONTWRITEBYTECODE set, a tool that
+# was not compiled compiles itself on every start (three seconds of CPU for Meltano).
+export UV_COMPILE_BYTECODE=1
+
 # Pick the installer: uv if on PATH, else a private uv installed with pip, else pip.
 UV=""
 if command -v uv >/dev/null 2>&1 && uv --version >/dev/null 2>&1; then

@@ -41,6 +41,7 @@ def uv() -> str:
 def uv_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["UV_PYTHON_DOWNLOADS"] = "never"  # use this machine's interpreter
+    env["UV_COMPILE_BYTECODE"] = "1"  # each Meltano or mapper-state start reads, not compiles
     return env
 
 
