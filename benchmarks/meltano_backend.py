@@ -122,9 +122,7 @@ def _figures(
     ):
         found[what] = _count(wire, functools.partial(_run, meltano, project, env, *args))
     doc = json.dumps({"completed": {"singer_state": {"bookmarks": {}}}, "partial": {}}).encode()
-    seed(
-        wire, BUCKET, ((f"{prefix}-list/dev:tap-{i:04d}/state.json", doc) for i in range(ids))
-    )
+    seed(wire, BUCKET, ((f"{prefix}-list/dev:tap-{i:04d}/state.json", doc) for i in range(ids)))
     list_env = wire.meltano_env(work, f"{scheme}://{BUCKET}/{prefix}-list")
     found[f"`meltano state list`, {ids:,} IDs"] = _count(
         wire, functools.partial(_run, meltano, project, list_env, "state", "list")

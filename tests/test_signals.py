@@ -21,37 +21,42 @@ from mapper_state.core.checkpoint import Checkpointer
 from mapper_state.errors import Interrupted
 
 
+def _signal_in_a_held_block(reached: list[str]) -> None:
+    with signals.HELD:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler has run by now
+        reached.append("the end of the block")
+
+
 def test_a_signal_in_a_held_block_is_raised_when_the_block_ends() -> None:
-    reached_the_end = False
+    reached: list[str] = []
     with signals.raising(), pytest.raises(Interrupted) as caught:
-        with signals.HELD:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)  # the handler has run by now
-            reached_the_end = True
-    assert reached_the_end
+        _signal_in_a_held_block(reached)
+    assert reached == ["the end of the block"]
     assert caught.value.exit_code == 128 + signal.SIGTERM
 
 
 def test_a_signal_while_the_pump_offers_a_state_leaves_the_lock_free() -> None:
     committed: list[object] = []
     checkpointer = Checkpointer(committed.append, interval=60)
-    lock = checkpointer._cond  # noqa: SLF001  # what the pump and the writer share
-    released = threading.Event()
+    lock = checkpointer._cond  # what the pump and the writer share
+    waiting = threading.Event()
 
     def hold_then_signal() -> None:
         with lock:
+            waiting.wait(5)
             time.sleep(0.1)  # the main thread now waits for the lock
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.1)
-        released.set()
 
-    with signals.raising(), pytest.raises(Interrupted):
-        holder = threading.Thread(target=hold_then_signal)
-        holder.start()
-        time.sleep(0.05)
-        checkpointer.offer({"n": 1})
-    holder.join()
-    assert released.is_set()
+    holder = threading.Thread(target=hold_then_signal)
+    holder.start()
+    try:
+        waiting.set()  # the signal comes 0.1 s later, into offer()'s wait for the lock
+        with signals.raising(), pytest.raises(Interrupted):
+            checkpointer.offer({"n": 1})
+    finally:
+        holder.join()
     assert lock.acquire(timeout=1), "the checkpointer's lock was left taken"
     lock.release()
     # the offer completed before the signal was raised, so finishing still writes it

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.conftest import ChaosBudget, record_figures
+from tests.chaos.conftest import STORES, ChaosBudget, record_figures
 from tests.e2e.conftest import (  # noqa: F401  (fixtures)
     BASE_TIME,
     Mapper,
@@ -41,6 +41,9 @@ pytestmark = pytest.mark.e2e
 TTL = 3.0
 LEASE = ("--lock-timeout-seconds", str(TTL), "--lock-retry-seconds", "0.2")
 VICTIMS = ("mapper-state", "tap", "target")
+#: The local store and S3 always; PostgreSQL (the very server the tap reads) where the chaos
+#: budget takes it in (``make chaos``, or ``make chaos STORE=postgres``).
+KILL_STORES = ["local", "s3", *(["postgres"] if "postgres" in STORES else [])]
 
 
 def bookmark_id(value: Any, stream: str) -> int:
@@ -70,7 +73,7 @@ def kill(proc: Any, victim: str) -> bool:
     return bool(pids)
 
 
-@pytest.mark.parametrize("store", ["local", "s3"], indirect=True)
+@pytest.mark.parametrize("store", KILL_STORES, indirect=True)
 def test_random_kills_lose_no_row_and_never_store_a_state_ahead(
     source: Source,  # noqa: F811
     jsonl: Target,  # noqa: F811
