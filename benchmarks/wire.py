@@ -219,18 +219,17 @@ def count_keys(wire: Wire, bucket: str, prefix: str) -> int:
 @contextlib.contextmanager
 def s3_behind_proxy() -> Iterator[Wire]:
     """moto's S3 on 127.0.0.1 behind a counting mitmproxy, for the length of the block."""
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError:
-        raise BenchError("moto[server] is not installed: make setup") from None
     from tests.proxy import FaultProxy, ProxyUnavailable
+    from tests.support.moto import AtomicMotoServer  # writes atomic, as on S3
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    try:
+        server = AtomicMotoServer()
+    except ImportError:
+        raise BenchError("moto[server] is not installed: make setup") from None
     server.start()
     try:
-        host, port = server.get_host_and_port()
-        direct = f"http://{host}:{port}"
+        direct = server.endpoint
         try:
             with FaultProxy(direct) as proxy:
                 yield Wire(direct, proxy)

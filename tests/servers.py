@@ -155,16 +155,17 @@ def _unique(prefix: str) -> str:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[Emulator]:
-    """moto's S3 in server mode (in this process, on its own thread)."""
+    """moto's S3 in server mode (in this process, on its own thread), its writes made atomic
+    as S3's are (``tests/support/moto.py``)."""
+    from tests.support.moto import AtomicMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on stderr
     try:
-        from moto.server import ThreadedMotoServer
+        server = AtomicMotoServer()
     except ImportError:
         pytest.fail(f"moto[server] is not installed: {INSTALL_DEV}", pytrace=False)
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on stderr
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    endpoint = server.endpoint
     options = {
         "endpoint_url": endpoint,
         "aws_access_key_id": "testing",

@@ -1,0 +1,69 @@
+"""moto's S3 server on 127.0.0.1, with its writes made atomic as S3's are.
+
+S3 decides conditional writes atomically: of racing ``PutObject`` requests with
+``If-None-Match: *`` on one key, one succeeds and the others get 412. moto's server
+checks the condition and then writes, in separate steps, on a thread per request
+(``moto/s3/responses.py``, ``put_object``: ``get_object`` to check, ``put_object`` to
+write): two racing creates can both pass the check, and both succeed. The full chaos
+budget found it: in 1,600 holds of one lease by 8 processes on moto, two processes held
+it at once for 0.1 s (the lease's fencing refused the loser's state write).
+
+So that moto stands in for S3 and not for a store that breaks its own conditions, this
+server lets one write (``PUT``, ``POST``, ``DELETE``) run at a time; reads stay
+concurrent. Everything else is moto's own server, as ``moto.server.ThreadedMotoServer``
+runs it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+WRITES = frozenset({"PUT", "POST", "DELETE"})
+
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class OneWriteAtATime:
+    """WSGI middleware: requests that write run one at a time, body and answer included."""
+
+    def __init__(self, app: Wsgi) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("REQUEST_METHOD") not in WRITES:
+            return self.app(environ, start_response)
+        with self.lock:
+            return list(self.app(environ, start_response))  # the whole answer, under the lock
+
+
+class AtomicMotoServer:
+    """moto's S3 in this process, on its own thread (like ``ThreadedMotoServer``), with
+    :class:`OneWriteAtATime` in front of its application."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        app = OneWriteAtATime(DomainDispatcherApplication(create_backend_app))
+        self._server = make_server(host, port, app, True, request_handler=MotoRequestHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
