@@ -137,8 +137,6 @@ def _store_env(location: Any) -> dict[str, str]:
 @pytest.fixture
 def file_backend(tmp_path: Path) -> Backend:
     root = tmp_path / "store"
-    from mapper_state.stores import open_store
-
     return Backend("file", f"file://{root}", {}, lambda: open_store(f"file://{root}"))
 
 
@@ -148,8 +146,6 @@ def _location_backend(name: str, location: Any) -> Backend:
 
 @pytest.fixture
 def pg_backend(pg_location: Any) -> Backend:
-    from mapper_state.stores import open_store
-
     return Backend(
         "postgres",
         pg_location.uri,
@@ -457,5 +453,6 @@ def test_a_relative_file_uri_is_the_projects_from_any_directory(
     assert (root / ".meltano" / "state" / "dev:rel" / "state.json").is_file()
     assert not (project.cwd / ".meltano").exists()
     assert "dev:rel" in project.ok("list")
-    ours = open_store(f"file://{root}/.meltano/state")
-    assert state.load(ours, "dev:rel").value == {"bookmarks": {"s": {"x": 1}}}
+    uri = f"file://{root}/.meltano/state"
+    ours = Backend("file", uri, {}, lambda: open_store(uri))
+    assert stored(ours, "dev:rel") == {"bookmarks": {"s": {"x": 1}}}  # and the store closed
