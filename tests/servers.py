@@ -42,7 +42,7 @@ from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
 from tests.support.processes import free_port as free_port  # re-exported: tests import it from here
 from tests.support.processes import popen, stop
-from tests.support.sdk import new_bucket
+from tests.support.sdk import gcs_client, new_bucket
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
@@ -288,9 +288,10 @@ def s3rver_location(s3rver_server: Emulator) -> StoreLocation:
 # -- Azure: Azurite ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def azurite_server() -> Iterator[Emulator]:
-    """Azurite's blob service from ``.tools/azurite`` (installed by scripts/install-emulators.sh)."""
+@contextlib.contextmanager
+def running_azurite() -> Iterator[Emulator]:
+    """Azurite's blob service from ``.tools/azurite`` (installed by scripts/install-emulators.sh),
+    in memory on a free port, stopped on exit."""
     binary = os.environ.get("AZURITE_BLOB") or (str(AZURITE_BIN) if AZURITE_BIN.exists() else None)
     binary = binary or shutil.which("azurite-blob")
     if binary is None or shutil.which("node") is None:
@@ -317,6 +318,13 @@ def azurite_server() -> Iterator[Emulator]:
         yield Emulator(
             "azurite", "azure", "azure", endpoint, {"connection_string": connection_string}
         )
+
+
+@pytest.fixture(scope="session")
+def azurite_server() -> Iterator[Emulator]:
+    """One Azurite for the session (the chaos suite's full budget starts one per test)."""
+    with running_azurite() as emulator:
+        yield emulator
 
 
 @pytest.fixture
@@ -405,16 +413,8 @@ def gcp_storage_emulator() -> Iterator[Emulator]:
 
 
 def _create_gcs_bucket(emulator: Emulator) -> str:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
     bucket = _unique("bucket")
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": emulator.endpoint},
-    )
-    client.create_bucket(bucket)
+    gcs_client(emulator.endpoint).create_bucket(bucket)
     return bucket
 
 

@@ -424,15 +424,9 @@ def test_azure_sdk_through_the_proxy(azure_location: StoreLocation) -> None:
 
 def test_gcs_sdk_through_the_proxy(gcs_location: StoreLocation) -> None:
     from google.api_core.exceptions import ServiceUnavailable
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
 
     with start_proxy(gcs_location.emulator.endpoint) as p:
-        client = storage.Client(
-            project="test",
-            credentials=AnonymousCredentials(),
-            client_options={"api_endpoint": p.url},
-        )
+        client = sdk.gcs_client(p.url)
         blob = client.bucket(gcs_location.bucket).blob("k")
         blob.upload_from_string(b"through", if_generation_match=0, retry=None)
         assert blob.download_as_bytes(retry=None) == b"through"

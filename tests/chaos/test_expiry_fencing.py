@@ -29,6 +29,7 @@ from tests.chaos.conftest import (
     CLOUD,
     a_location,
     record_figures,
+    store_of,
 )
 from tests.chaos.intervals import overlaps, read_logs
 from tests.chaos.test_mutual_exclusion import holder_failures, run_holders, spec_for
@@ -85,7 +86,7 @@ def test_a_frozen_holder_is_fenced_and_the_new_holder_keeps_its_lease(
 
 @pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
 def test_a_write_in_flight_at_a_takeover_does_not_land(
-    cloud_location: StoreLocation, start_proxy: Any
+    cloud_location: StoreLocation, start_proxy: Any, request: pytest.FixtureRequest
 ) -> None:
     """The holder confirmed its lease and sent its state write; the network holds the write
     for 8 s while the holder's renewals hang, its lease expires and another run takes it
@@ -124,7 +125,7 @@ def test_a_write_in_flight_at_a_takeover_does_not_land(
             timeout=20,
         )
         arrived = [r["upstream_status"] for r in proxy.requests() if r["fault"] == "late_arrival"]
-        record_figures("write in flight at a takeover", kind, late_writes=arrived)
+        record_figures("write in flight at a takeover", store_of(request.node), late_writes=arrived)
         assert cli.stored(direct, state_id) == {"v": "prior"}, (
             f"a write sent before the takeover landed after it (answers {arrived})"
         )

@@ -39,8 +39,9 @@ import pytest
 
 from tests.e2e import tools
 from tests.pg import PostgresLocation, PostgresServer
+from tests.servers import StoreLocation
 from tests.support.cli import invoke
-from tests.support.sdk import s3_client
+from tests.support.sdk import object_reader
 
 E2E_DIR = Path(__file__).resolve().parent
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -351,19 +352,20 @@ def _local_store(root: Path) -> Store:
     return Store("local", {"MAPPER_STATE_STATE_BACKEND__URI": f"file://{root}"}, read)
 
 
-def _s3_store(location: Any) -> Store:
-    o = location.options
-    client = s3_client(o)
+#: The ``store`` parameter values of the emulators, and their location fixtures.
+EMULATOR_STORES = {
+    "s3": "s3_location",
+    "rgw": "rgw_location",
+    "azure": "azure_location",
+    "gcs": "gcs_location",
+}
 
-    def read(key: str) -> bytes | None:
-        try:
-            obj = client.get_object(Bucket=location.bucket, Key=f"{location.prefix}/{key}")
-        except client.exceptions.NoSuchKey:
-            return None
-        data: bytes = obj["Body"].read()
-        return data
 
-    return Store("s3", dict(location.env), read)
+def _emulator_store(name: str, location: StoreLocation) -> Store:
+    """A fresh bucket (container) on an emulator, read through the emulator's own SDK."""
+    e = location.emulator
+    read = object_reader(e.section, location.options, e.endpoint, location.bucket, location.prefix)
+    return Store(name, dict(location.env), read)
 
 
 def _postgres_store(location: PostgresLocation) -> Store:
@@ -377,13 +379,14 @@ def _postgres_store(location: PostgresLocation) -> Store:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """A local store by default; parametrize indirectly with "s3" for a bucket on moto, or
-    "postgres" for a table in the PostgreSQL server the tap reads."""
+    """A local store by default; parametrize indirectly with "s3" for a bucket on moto, "rgw"
+    on Ceph's RADOS Gateway, "azure" for a container on Azurite, "gcs" for a bucket on
+    fake-gcs-server, or "postgres" for a table in the PostgreSQL server the tap reads."""
     kind = getattr(request, "param", "local")
     if kind == "local":
         return _local_store(tmp_path / "store")
-    if kind == "s3":
-        return _s3_store(request.getfixturevalue("s3_location"))
+    if kind in EMULATOR_STORES:
+        return _emulator_store(kind, request.getfixturevalue(EMULATOR_STORES[kind]))
     if kind == "postgres":
         return _postgres_store(request.getfixturevalue("pg_location"))
     raise ValueError(f"unknown store {kind!r}")

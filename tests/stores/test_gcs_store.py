@@ -11,8 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import storage
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
@@ -21,16 +19,13 @@ from mapper_state.stores.gcs.store import from_uri
 from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import StoreLocation, free_port
 from tests.stores import wire_checks
+from tests.support.sdk import gcs_client
 
 pytestmark = pytest.mark.cloud
 
 
 def bucket_objects(location: StoreLocation) -> list[str]:
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": location.emulator.endpoint},
-    )
+    client = gcs_client(location.emulator.endpoint)
     return sorted(b.name for b in client.list_blobs(location.bucket))
 
 

@@ -1,13 +1,13 @@
 """SDK clients on the emulators, built from an emulator's ``options`` (the store settings).
 
-boto3 is imported when a client is made, as the stores import their SDKs: collecting the
-tests does not pay for it.
+The SDKs are imported when a client is made, as the stores import theirs: collecting the
+tests does not pay for them.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -32,3 +32,62 @@ def new_bucket(options: Mapping[str, str], prefix: str = "bucket") -> str:
     bucket = f"{prefix}-{uuid.uuid4().hex[:16]}"
     s3_client(options).create_bucket(Bucket=bucket)
     return bucket
+
+
+def gcs_client(endpoint: str) -> Any:
+    """A google-cloud-storage client of a GCS emulator at ``endpoint``, anonymous."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(
+        project="test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": endpoint},
+    )
+
+
+def object_reader(
+    section: str, options: Mapping[str, str], endpoint: str, bucket: str, prefix: str
+) -> Callable[[str], bytes | None]:
+    """A reader of the objects under ``bucket/prefix`` through the store's own SDK (not
+    mapper-state's): ``read(key)`` is the object's bytes, or None when there is none."""
+    if section == "s3":
+        client = s3_client(options)
+
+        def read_s3(key: str) -> bytes | None:
+            try:
+                obj = client.get_object(Bucket=bucket, Key=f"{prefix}/{key}")
+            except client.exceptions.NoSuchKey:
+                return None
+            data: bytes = obj["Body"].read()
+            return data
+
+        return read_s3
+    if section == "azure":
+        from azure.core.exceptions import ResourceNotFoundError
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(options["connection_string"])
+        container = service.get_container_client(bucket)
+
+        def read_azure(key: str) -> bytes | None:
+            try:
+                return container.download_blob(f"{prefix}/{key}").readall()
+            except ResourceNotFoundError:
+                return None
+
+        return read_azure
+    if section == "gcs":
+        from google.api_core.exceptions import NotFound
+
+        gcs = gcs_client(endpoint).bucket(bucket)
+
+        def read_gcs(key: str) -> bytes | None:
+            try:
+                data: bytes = gcs.blob(f"{prefix}/{key}").download_as_bytes()
+            except NotFound:
+                return None
+            return data
+
+        return read_gcs
+    raise ValueError(f"no reader for the {section!r} section")
