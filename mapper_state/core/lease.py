@@ -369,11 +369,15 @@ class Lease:
             raise error if isinstance(error, StoreError) else StoreError(repr(error))
         return found[0]
 
-    def _unknown_outcome(self, exc: StoreError, expires_at: float, why: StoreError) -> StoreError:
+    def _unknown_outcome(
+        self, exc: StoreError | None, expires_at: float, why: StoreError
+    ) -> StoreError:
+        """The error of a write whose outcome could not be checked: ``exc`` (if any), then
+        how long the lease may be held by this run."""
         return StoreError(
-            f"{exc.message}; the lease on {self.state_id} may be held by this run "
-            f"({self.run_id}) until {format_time(expires_at)}: the store could not be "
-            f"reached to check ({why.message})"
+            f"{f'{exc.message}; ' if exc else ''}the lease on {self.state_id} may be held by "
+            f"this run ({self.run_id}) until {format_time(expires_at)}: the store could not "
+            f"be reached to check ({why.message})"
         )
 
     def _settle_unknown(self, exc: StoreError, record: LeaseRecord, what: str) -> None:
@@ -582,7 +586,7 @@ class Lease:
             pass  # someone else holds it now: leave their lease alone
         except StoreError as exc:
             if self.record is not None:
-                self._release_checked(exc, self.record)
+                self._release_if_ours(self.record, failed=exc)
         finally:
             self.version = None
             self.record = None
@@ -593,41 +597,35 @@ class Lease:
         released = replace(record, status=RELEASED, renewed_at=now, expires_at=now)
         self.store.replace(self.key, released.to_bytes(), version)
 
-    def _release_checked(self, exc: StoreError, record: LeaseRecord) -> None:
-        """A release whose answer was lost: read the lease back; release it if still ours."""
-        if isinstance(exc, StoreAccessDenied):
-            raise exc
-        found: LeaseRecord | None = None
-        try:
-            found, blob = self._read_within(check_seconds(self.ttl))
-            if blob is not None and self._ours(found):
-                self._release_by_swap(found or record, blob.version)
-        except PreconditionFailed:
-            return  # taken over meanwhile: no longer ours
-        except StoreError as why:
-            latest = max(record.expires_at, found.expires_at if found and self._ours(found) else 0)
-            raise self._unknown_outcome(exc, latest, why) from None
+    def _release_if_ours(self, record: LeaseRecord, failed: StoreError | None = None) -> None:
+        """Release the lease if the store shows it is still ours, when this run cannot know.
 
-    def _release_if_ours(self, record: LeaseRecord) -> None:
-        """After losing the lease because the store did not answer: the record may still be
-        ours (a renewal landed unseen). Release it then, unless it expires within the skew
-        allowance anyway (the lost renewal did not land): a write to a store that does not
-        answer would only keep this process past its lease. Anyone else's is left alone."""
+        Two cases: a release whose answer was lost (``failed``: it may or may not have
+        landed), and a lease given up because the store did not answer the heartbeat (a
+        renewal may have landed unseen; released then unless it expires within the skew
+        allowance anyway: a write to a store that does not answer would only keep this
+        process past its lease). Anyone else's lease is left alone; when even the check
+        cannot reach the store, the error names how long the lease may stay ours.
+        """
+        if isinstance(failed, StoreAccessDenied):
+            raise failed
+        found: LeaseRecord | None = None
         try:
             found, blob = self._read_within(check_seconds(self.ttl))
             if blob is None or found is None or not self._ours(found):
                 return
-            if found.expires_at - self.clock() > skew_allowance(self.ttl):
+            if failed or found.expires_at - self.clock() > skew_allowance(self.ttl):
                 self._release_by_swap(found, blob.version)
         except PreconditionFailed:
-            return
+            return  # taken over meanwhile: no longer ours
         except StoreError as why:
-            raise StoreError(
-                f"the lease on {self.state_id} may be held by this run ({self.run_id}) until "
-                f"{format_time(max(record.expires_at, self.clock() + self.ttl))}: the store "
-                f"could not be reached "
-                f"to check ({why.message})"
-            ) from None
+            # after a lost heartbeat, a renewal that landed unseen holds it a TTL from now at most
+            latest = (
+                max(record.expires_at, found.expires_at if found and self._ours(found) else 0)
+                if failed
+                else max(record.expires_at, self.clock() + self.ttl)
+            )
+            raise self._unknown_outcome(failed, latest, why) from None
 
     def __enter__(self) -> Lease:
         self.acquire()
