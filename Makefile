@@ -53,13 +53,15 @@ test-wheel: setup tools
 # The chaos suite at its full budget (tests/chaos/conftest.py): 8 holders x 200 rounds per
 # store, 50 SIGKILL rounds, 2,000 examples per property; the figures go to output/chaos.jsonl
 # and are printed as the README's table. `make test` runs the same suite at a small budget.
-# STORE=<file|s3|rgw|azure|gcs|postgres|s3rver> runs one store's part (its own report file).
+# STORE=<file|s3|rgw|azure|gcs|postgres|s3rver> runs one store's part (its own report file);
+# CHAOS_ARGS passes pytest options through (CHAOS_ARGS="-k kills": the SIGKILL rounds only).
 CHAOS_REPORT ?= output/chaos$(if $(STORE),-$(STORE)).jsonl
+CHAOS_ARGS ?=
 chaos: setup tools
 	@mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
 	MAPPER_STATE_CHAOS=full MAPPER_STATE_CHAOS_STORE=$(STORE) \
 	  MAPPER_STATE_CHAOS_REPORT=$(CURDIR)/$(CHAOS_REPORT) \
-	  $(BIN)/pytest -q -p no:cacheprovider -m chaos --timeout 3600 tests/chaos
+	  $(BIN)/pytest -q -p no:cacheprovider -m chaos --timeout 3600 $(CHAOS_ARGS) tests/chaos
 	$(BIN)/python -m tests.chaos.report $(CHAOS_REPORT)
 
 # The scoreboard (benchmarks/run.py): BENCH_TEN_MILLION=1 adds a 10M-line stream,
