@@ -46,12 +46,14 @@ def test_a_long_run_renews_and_an_expired_lease_is_taken_over(
     rgw_location: StoreLocation,
 ) -> None:
     env = clean_env(**rgw_location.env)
-    ttl = ["--lock-timeout-seconds", "1.5", "--checkpoint-interval-seconds", "0"]
+    # TTL 4 s: a renewal has 1.9 s to answer (at 1.5 s it had 0.7 s, short for RGW under load)
+    ttl = ["--lock-timeout-seconds", "4", "--checkpoint-interval-seconds", "0"]
     holder = spawn_cli("--state-id", "rgw", *ttl, env=env)
     assert holder.stdin is not None
     holder.stdin.write(STATE % 1)
     holder.stdin.flush()
-    time.sleep(4)  # several renewals, each a compare-and-swap with an unquoted ETag
+    time.sleep(6)  # past the TTL and the skew allowance: renewals, each a compare-and-swap
+    # with an unquoted ETag
     busy = run_cli("--state-id", "rgw", input=STATE % 9, env=env)
     assert busy.returncode == 3, busy.stderr
     out, err = holder.communicate(STATE % 2, timeout=60)
@@ -70,7 +72,7 @@ def test_a_long_run_renews_and_an_expired_lease_is_taken_over(
         time.sleep(0.05)
     crashed.kill()
     crashed.wait()
-    time.sleep(3.5)  # past the TTL and the skew allowance
+    time.sleep(5.5)  # past the TTL and the skew allowance (4.8 s)
     taker = run_cli("--state-id", "rgw", *ttl, input=STATE % 3, env=env)
     assert taker.returncode == 0, taker.stderr
     assert json.loads(run_cli("state", "get", "rgw", env=env).stdout) == {
