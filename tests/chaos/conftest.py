@@ -36,7 +36,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,17 +166,14 @@ def start_proxy() -> Iterator[Any]:
         proxy.stop()
 
 
-def startup_margin(fail_at_once: Callable[[], object]) -> float:
-    """What a deadline test allows on top of the deadline the docs promise (a third of the
-    TTL): the wall time of the same ``mapper-state`` command failing at once against the same
-    store (process start, the SDK's import, exit), measured in the test itself, plus 1 s.
-
-    A busy shared machine slows start-up, not the store's deadline; measuring it beside the
-    run keeps the bound at the promise plus start-up, never twice the promise.
-    """
-    started = time.monotonic()
-    fail_at_once()
-    return time.monotonic() - started + 1.0
+#: What a deadline test allows past the deadline the docs promise (a third of the TTL per
+#: store call), counted from the moment the call's first request reached the server to the
+#: process's exit: printing the error and the interpreter's exit. The process's start-up
+#: and the SDK's import come before that request and are not counted, so a busy machine's
+#: slow start-up is not taken for a store call past its deadline. Measured on this 2-core
+#: machine, a black-holed `state get` (deadline 3 s) exits 0.25-0.3 s past the deadline
+#: when idle and 0.5-0.7 s past it beside six busy loops.
+EXIT_MARGIN = 1.5
 
 
 CLOUD = ("s3", "rgw", "azure", "gcs")  # rgw: Ceph's RADOS Gateway, a second real S3
