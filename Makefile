@@ -33,7 +33,7 @@ demo: setup
 	@examples/demo.sh
 
 # Three workers on two cores: much of the suite waits on leases expiring and servers
-# answering, so a third worker fills the cores (measured: 857 tests in 10 min 46 s, 179% CPU;
+# answering, so a third worker fills the cores (measured: 857 tests in 10 min 46 s to 11 min 6 s, 174-179% CPU;
 # four workers took longer, 12 min 35 s, and starved the deadline tests). The longest tests
 # start first (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds
 # pytest options (e.g. PYTEST_ARGS=--durations=30).
