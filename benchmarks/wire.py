@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -222,7 +221,6 @@ def s3_behind_proxy() -> Iterator[Wire]:
     from tests.proxy import FaultProxy, ProxyUnavailable
     from tests.support.moto import AtomicMotoServer  # writes atomic, as on S3
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     try:
         server = AtomicMotoServer()
     except ImportError:

@@ -159,7 +159,6 @@ def moto_server() -> Iterator[Emulator]:
     as S3's are (``tests/support/moto.py``)."""
     from tests.support.moto import AtomicMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on stderr
     try:
         server = AtomicMotoServer()
     except ImportError:

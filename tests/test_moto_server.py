@@ -4,20 +4,21 @@ S3 makes a conditional write atomic: of creates racing with ``If-None-Match: *``
 key, exactly one succeeds. moto's own server checks and then writes in separate steps
 on a thread per request, so two racing creates can both succeed (found by the full chaos
 budget: two holders of one lease for 0.1 s in 1,600 holds). ``tests/support/moto.py``
-runs one write at a time; these tests race real clients against it, directly and
-through the lease.
+runs one write at a time; these tests race real clients against it, on creates of one
+key and on replaces of one version.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.contract.racing import race
 from tests.servers import Emulator
 from tests.support.sdk import new_bucket, s3_client
 
@@ -37,28 +38,21 @@ def threads_switch_often() -> Iterator[None]:
     sys.setswitchinterval(before)
 
 
-def race(client: Any, bucket: str, key: str, write: dict[str, str]) -> list[int]:
-    """``RACERS`` threads put ``key`` at once with the condition ``write``; the winners."""
-    start = threading.Barrier(RACERS)
-    won: list[int] = []
-    refused: list[str] = []  # the error codes
+def put_race(client: Any, bucket: str, key: str, write: dict[str, str]) -> list[int]:
+    """``RACERS`` threads put ``key`` at once with the condition ``write``; the winners.
 
-    def put(n: int) -> None:
-        start.wait()
+    A refusal other than 412 (``PreconditionFailed``) fails the race, as a crash would."""
+
+    def put(n: int) -> bool:
         try:
             client.put_object(Bucket=bucket, Key=key, Body=str(n).encode(), **write)
-            won.append(n)
         except ClientError as exc:
-            refused.append(exc.response["Error"]["Code"])
+            if exc.response["Error"]["Code"] != "PreconditionFailed":
+                raise
+            return False
+        return True
 
-    threads = [threading.Thread(target=put, args=(n,)) for n in range(RACERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert len(won) + len(refused) == RACERS
-    assert set(refused) <= {"PreconditionFailed"}, refused
-    return won
+    return race([functools.partial(put, n) for n in range(RACERS)])
 
 
 def test_racing_creates_of_one_key_have_one_winner(moto_server: Emulator) -> None:
@@ -66,7 +60,7 @@ def test_racing_creates_of_one_key_have_one_winner(moto_server: Emulator) -> Non
     bucket = new_bucket(moto_server.options)
     for r in range(ROUNDS):
         key = f"race-{r}"
-        won = race(client, bucket, key, {"IfNoneMatch": "*"})
+        won = put_race(client, bucket, key, {"IfNoneMatch": "*"})
         assert len(won) == 1, f"round {r}: {len(won)} creates succeeded"
         body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
         assert body == str(won[0]).encode()
@@ -78,5 +72,5 @@ def test_racing_replaces_of_one_version_have_one_winner(moto_server: Emulator) -
     for r in range(ROUNDS):
         key = f"race-{r}"
         etag = client.put_object(Bucket=bucket, Key=key, Body=b"first")["ETag"]
-        won = race(client, bucket, key, {"IfMatch": etag})
+        won = put_race(client, bucket, key, {"IfMatch": etag})
         assert len(won) == 1, f"round {r}: {len(won)} replaces of one version succeeded"

@@ -16,6 +16,7 @@ runs it.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -41,7 +42,7 @@ class OneWriteAtATime:
 
 class AtomicMotoServer:
     """moto's S3 in this process, on its own thread (like ``ThreadedMotoServer``), with
-    :class:`OneWriteAtATime` in front of its application."""
+    :class:`OneWriteAtATime` in front of its application and no access log."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         from moto.moto_server.werkzeug_app import (
@@ -51,6 +52,7 @@ class AtomicMotoServer:
         )
         from werkzeug.serving import make_server
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on stderr
         app = OneWriteAtATime(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(host, port, app, True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
