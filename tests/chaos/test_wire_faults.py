@@ -203,6 +203,13 @@ def _hang_renewals(
     return record
 
 
+#: The TTL of the holders whose renewals hang. The heartbeat gives the lease up at its
+#: expiry minus the skew allowance, then reads the lease back (up to ``check_seconds``)
+#: before it exits: at 10 s that is 2 s minus 1 s, leaving 1 s to exit before the expiry;
+#: at 6 s it left 0.6 s, and a run under the whole suite once exited 0.2 s past it.
+HANG_TTL = "10"
+
+
 def wait_before_expiry(holder: subprocess.Popen[bytes], last: dict[str, Any]) -> int:
     """The holder's exit code; fail if it is still running well after its lease expired."""
     grace = last["expires_at"] + 10 - time.time()
@@ -223,7 +230,7 @@ def test_a_filter_whose_renewals_hang_stops_before_its_lease_expires(
     proxy, faulty = start_proxy(cloud_location)
     direct = cloud_location.open()
     state_id = f"chaos-hung-{uuid.uuid4().hex[:8]}"
-    with cli.holding_filter(faulty, direct, state_id, "6") as holder:
+    with cli.holding_filter(faulty, direct, state_id, HANG_TTL) as holder:
         last = _hang_renewals(kind, state_id, proxy, direct, holder)
         assert holder.stdin is not None
         holder.stdin.write(state_line({"x": 1}))
@@ -252,7 +259,7 @@ def test_a_run_whose_renewals_hang_stops_its_children_before_the_lease_expires(
     env = cli.env_for(faulty, TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.1")
     holder = cli.spawn(
         faulty, "run", "--state-id", state_id, "--tap", tap, "--target", target,
-        "--lock-timeout-seconds", "6", "--checkpoint-interval-seconds", "0", env=env,
+        "--lock-timeout-seconds", HANG_TTL, "--checkpoint-interval-seconds", "0", env=env,
         stdin=None, stdout=None,
     )  # fmt: skip
     with cli.reaped(holder):
