@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from mapper_state.errors import ConfigError
-from mapper_state.settings import SettingSpec
+from mapper_state.settings import Settings, SettingSpec
 from mapper_state.stores.base import BlobStore, Opener, StoreType
 
 ENTRY_POINT_GROUP = "mapper_state.stores"
@@ -97,16 +97,19 @@ def open_store(uri: str, options_for: Mapping[str, Mapping[str, Any]] | None = N
     return _opener(store, scheme)(location, (options_for or {}).get(store.section, {}))
 
 
-def open_configured_store(settings: Any) -> BlobStore:
+def open_configured_store(settings: Settings) -> BlobStore:
     """The store the resolved settings name.
 
-    A store that retries transient failures gives up within a third of the lease's
-    TTL, so that a renewal stuck in retries cannot outlive the lease it renews.
+    A store that retries transient failures gives each call at most a third of the
+    lease's TTL (its own limit otherwise): a state write or a lease read made by a run
+    never outlasts the lease it holds by much. A caller that needs a call to end
+    sooner (a renewal, before the lease expires) gives it a deadline of its own
+    (:mod:`mapper_state.stores.deadline`).
     """
     store = open_store(
         settings.uri, {s.section: settings.section(s.section) for s in store_types()}
     )
-    deadline = store.traits.retry_deadline_seconds
-    if deadline is not None:
-        store.traits.retry_deadline_seconds = min(deadline, settings.lock_timeout / 3)
+    limit = store.traits.retry_deadline_seconds
+    if limit is not None:
+        store.traits.retry_deadline_seconds = min(limit, settings.lock_timeout / 3)
     return store

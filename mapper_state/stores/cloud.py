@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import abc
 import functools
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import ClassVar, TypeVar
 
 from mapper_state.errors import ConfigError
+from mapper_state.stores import deadline
 from mapper_state.stores.base import (
     Blob,
     Entry,
@@ -32,6 +31,7 @@ from mapper_state.stores.base import (
 from mapper_state.stores.retry import (
     DEFAULT_DEADLINE_SECONDS,
     RetryDeadline,
+    RetryPolicy,
     RetryStats,
     retrying,
 )
@@ -83,7 +83,6 @@ class CloudStore(RetryDeadline, abc.ABC):
             enforces_delete_conditions=True, retry_deadline_seconds=retry_deadline_seconds
         )
         self.page_size = page_size  # keys per list request; None: the service's default
-        self._deadline = threading.local()
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -136,13 +135,10 @@ class CloudStore(RetryDeadline, abc.ABC):
 
     # -- written once ---------------------------------------------------------------
     def budget(self) -> float:
-        """Seconds left for the store call in progress on this thread (its whole deadline
-        when none is): each attempt's timeouts are cut to it, so that retries, connect and
-        read timeouts together never outlast the deadline."""
-        deadline: float | None = getattr(self._deadline, "at", None)
-        if deadline is None:
-            return self.retry_deadline_seconds
-        return max(0.05, deadline - time.monotonic())
+        """Seconds left for the store call in progress on this thread: each attempt's
+        timeouts are cut to it, so that retries, connect and read timeouts together never
+        outlast the call's deadline (see :mod:`~mapper_state.stores.deadline`)."""
+        return max(0.05, deadline.seconds_left(self.retry_deadline_seconds))
 
     def timeouts(self) -> tuple[float, float]:
         """``(connect, read)`` timeouts for the next attempt, cut to the budget left."""
@@ -151,21 +147,18 @@ class CloudStore(RetryDeadline, abc.ABC):
         return connect, min(self.read_timeout, budget - connect)
 
     def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
-        """Run one request with retries; turn a permanent failure into a store error."""
+        """Run one request with retries within its deadline (the store's own limit, or the
+        caller's when sooner); turn a permanent failure into a store error."""
         stats = stats or RetryStats()
         where = self._where(key)
-        outer = getattr(self._deadline, "at", None)  # a call made while handling another one
-        self._deadline.at = time.monotonic() + self.retry_deadline_seconds
-        if outer is not None:
-            self._deadline.at = min(self._deadline.at, outer)
+        deadline.check(f"{op} {where}")
         try:
-            return retrying(
-                fn,
-                is_transient=self._is_transient,
-                what=f"{op} {where}",
-                stats=stats,
-                deadline_seconds=self._deadline.at - time.monotonic(),
-            )
+            with deadline.within(self.retry_deadline_seconds):
+                policy = RetryPolicy(deadline_seconds=self.budget())
+                return retrying(
+                    fn, is_transient=self._is_transient, what=f"{op} {where}", stats=stats,
+                    policy=policy,
+                )  # fmt: skip
         except StoreError:
             raise
         except Exception as exc:
@@ -173,8 +166,6 @@ class CloudStore(RetryDeadline, abc.ABC):
             if error is None:
                 raise
             raise error from None
-        finally:
-            self._deadline.at = outer
 
     def _conditional_write(self, op: str, key: str, data: bytes, write: Callable[[], str]) -> str:
         """Run a conditional upload; a refusal after a retry may be our own first attempt."""

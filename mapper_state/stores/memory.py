@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from mapper_state.stores import deadline
 from mapper_state.stores.base import (
     Blob,
     BlobStore,
@@ -60,7 +61,8 @@ class MemoryStore:
     def close(self) -> None:
         """Nothing to release."""
 
-    def _wait(self) -> None:
+    def _wait(self, key: str) -> None:
+        deadline.check(f"{self.display_uri}/{key}")  # in memory, a call is over at once
         if self.latency:
             time.sleep(self.latency)
 
@@ -68,13 +70,13 @@ class MemoryStore:
         return str(next(self._counter))
 
     def read(self, key: str) -> Blob | None:
-        self._wait()
+        self._wait(key)
         with self._lock:
             self.requests += 1
             return self._objects.get(key)
 
     def create(self, key: str, data: bytes) -> str:
-        self._wait()
+        self._wait(key)
         with self._lock:
             self.requests += 1
             if key in self._objects and not self.ignore_conditions:
@@ -85,7 +87,7 @@ class MemoryStore:
             return version
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
-        self._wait()
+        self._wait(key)
         with self._lock:
             self.requests += 1
             current = self._objects.get(key)
@@ -97,7 +99,7 @@ class MemoryStore:
             return version
 
     def delete(self, key: str, if_version: str | None = None) -> None:
-        self._wait()
+        self._wait(key)
         with self._lock:
             self.requests += 1
             current = self._objects.get(key)
@@ -115,7 +117,7 @@ class MemoryStore:
             yield entry.key
 
     def list_entries(self, prefix: str = "", exclude: str | None = None) -> Iterator[Entry]:
-        self._wait()
+        self._wait(prefix)
         with self._lock:
             self.requests += 1
             entries = [

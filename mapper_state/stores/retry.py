@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from mapper_state.stores.base import StoreTraits
@@ -75,18 +76,27 @@ def backoff_delay(
     return (rng or random).uniform(0, ceiling)
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How :func:`retrying` retries: within ``deadline_seconds`` and ``max_attempts``, pausing
+    with full jitter between ``base_delay`` and ``max_delay``; ``sleep`` and ``clock`` are
+    the real ones except in tests of the policy itself."""
+
+    deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
+    max_attempts: int = 10
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
 def retrying(
     fn: Callable[[], T],
     *,
     is_transient: Callable[[BaseException], bool],
     what: str,
-    deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
-    max_attempts: int = 10,
-    base_delay: float = 0.2,
-    max_delay: float = 5.0,
+    policy: RetryPolicy = RetryPolicy(),
     stats: RetryStats | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """Call ``fn`` until it succeeds, fails permanently, or time or attempts run out.
 
@@ -96,7 +106,7 @@ def retrying(
     No pause ever runs past the deadline.
     """
     stats = stats if stats is not None else RetryStats()
-    deadline = clock() + max(0.0, deadline_seconds)
+    deadline = policy.clock() + max(0.0, policy.deadline_seconds)
     while True:
         stats.attempts += 1
         try:
@@ -104,10 +114,11 @@ def retrying(
         except BaseException as exc:
             if not isinstance(exc, Exception) or not is_transient(exc):
                 raise
-            remaining = deadline - clock()
-            if stats.attempts >= max_attempts or remaining <= 0:
+            remaining = deadline - policy.clock()
+            if stats.attempts >= policy.max_attempts or remaining <= 0:
                 raise
-            pause = min(remaining, backoff_delay(stats.attempts, base=base_delay, cap=max_delay))
+            ceiling = backoff_delay(stats.attempts, base=policy.base_delay, cap=policy.max_delay)
+            pause = min(remaining, ceiling)
             log.debug(
                 "%s failed (%s), retry %d in %.2f s",
                 what,
@@ -115,4 +126,4 @@ def retrying(
                 stats.attempts,
                 pause,
             )
-            sleep(pause)
+            policy.sleep(pause)

@@ -22,7 +22,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import make_conninfo
 
-from mapper_state.stores.retry import RetryStats, retrying
+from mapper_state.stores import deadline
+from mapper_state.stores.retry import RetryPolicy, RetryStats, retrying
 
 T = TypeVar("T")
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -178,15 +179,22 @@ class Link:
             self._lock.release()
 
     def run(self, what: str, statement: Callable[[Connection], T], stats: RetryStats) -> T:
-        """Run ``statement`` with retries, all within the store's deadline."""
-        budget = self._deadline_seconds()
-        deadline = time.monotonic() + budget
+        """Run ``statement`` with retries, all within the store's deadline, or the caller's
+        (:mod:`~mapper_state.stores.deadline`) when that is sooner: the watchdog of each
+        attempt shuts the socket once it has passed."""
+        deadline.check(what)
+        budget = deadline.seconds_left(self._deadline_seconds())
+        ends = time.monotonic() + budget
 
         def attempt() -> T:
-            return self._attempt(statement, max(_MIN_ATTEMPT_SECONDS, deadline - time.monotonic()))
+            return self._attempt(statement, max(_MIN_ATTEMPT_SECONDS, ends - time.monotonic()))
 
         return retrying(
-            attempt, is_transient=is_transient, what=what, stats=stats, deadline_seconds=budget
+            attempt,
+            is_transient=is_transient,
+            what=what,
+            stats=stats,
+            policy=RetryPolicy(deadline_seconds=budget),
         )
 
     def run_once(self, query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:

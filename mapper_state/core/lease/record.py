@@ -1,0 +1,171 @@
+"""The lease record and what reads it: who holds a lease, until when, and how it is named.
+
+The record is the JSON in the lease object beside ``state.json``; everything here is a
+plain function of a record or of one read of the store. The :class:`~mapper_state.core.lease.Lease`
+that writes records is built from the other modules of this package.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import orjson
+
+from mapper_state.redact import redact, redact_known, uri_secrets
+from mapper_state.stores.base import Blob, BlobStore
+
+LEASE_FILE = "mapper-state.lease.json"
+
+
+class LeaseTiming(Protocol):
+    """What a lease takes from the settings: its TTL, poll interval and wait time."""
+
+    @property
+    def lock_timeout(self) -> float: ...
+
+    @property
+    def lock_retry(self) -> float: ...
+
+    @property
+    def lock_wait(self) -> float: ...
+
+    def secrets(self) -> list[str]: ...
+
+
+def lease_key(state_id: str) -> str:
+    return f"{state_id}/{LEASE_FILE}"
+
+
+def skew_allowance(ttl: float) -> float:
+    """The lease's safety margin for clock skew between hosts, used on both sides: another
+    host calls a lease expired only this long after its expiry, and a holder that could not
+    renew calls it lost this long before."""
+    return min(2.0, ttl / 5)
+
+
+def format_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+HELD = "held"
+RELEASED = "released"
+BROKEN = "broken"
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """Who holds a lease and until when; written as JSON into the lease object.
+
+    ``status`` is ``held``, or ``released`` / ``broken`` for a record left in place of
+    a deleted lease on a store that ignores delete conditions (and by ``lock break``):
+    such a lease is free.
+    """
+
+    run_id: str
+    host: str
+    pid: int
+    command: str
+    acquired_at: float
+    renewed_at: float
+    expires_at: float
+    ttl_seconds: float
+    status: str = HELD
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LeaseRecord | None:
+        """The record, or ``None`` when the object is unreadable (treated as expired)."""
+        try:
+            raw = orjson.loads(data)
+            return cls(
+                run_id=str(raw["run_id"]),
+                host=str(raw["host"]),
+                pid=int(raw["pid"]),
+                command=str(raw.get("command", "")),
+                acquired_at=float(raw["acquired_at"]),
+                renewed_at=float(raw["renewed_at"]),
+                expires_at=float(raw["expires_at"]),
+                ttl_seconds=float(raw["ttl_seconds"]),
+                status=str(raw.get("status", HELD)),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None
+
+    @property
+    def held(self) -> bool:
+        return self.status == HELD
+
+    def is_expired(self, now: float) -> bool:
+        """Free for another run: released, broken, or past its expiry and the skew allowance."""
+        return not self.held or now > self.expires_at + skew_allowance(self.ttl_seconds)
+
+    def describe(self) -> str:
+        if not self.held:
+            return f"{self.status} by run {self.run_id} on host {self.host} (pid {self.pid})"
+        return (
+            f"held by run {self.run_id} on host {self.host} (pid {self.pid}) "
+            f"since {format_time(self.acquired_at)}, expires {format_time(self.expires_at)}"
+        )
+
+
+def lost_to(holder: LeaseRecord | None, run_id: str) -> str:
+    """Who has the lease a run lost: another run, or an operator who broke this run's.
+
+    ``lock break`` leaves the broken holder's own record in place, marked broken: a
+    broken record naming this run means an operator broke it, not that this run did.
+    """
+    if holder is None:
+        return "broken or released by someone else"
+    if holder.status == BROKEN and holder.run_id == run_id:
+        return "broken by an operator (`mapper-state lock break`)"
+    return holder.describe()
+
+
+def read_lease(store: BlobStore, state_id: str) -> tuple[LeaseRecord | None, Blob | None]:
+    blob = store.read(lease_key(state_id))
+    return (LeaseRecord.from_bytes(blob.data) if blob else None), blob
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def current_command(secrets: Iterable[str] = ()) -> str:
+    """This process's command line, secrets hidden, as the lease record and history keep it.
+
+    Besides the configured ``secrets``, the value of every ``--set`` of a setting whose
+    name says it is a secret, and user-info in URIs, are hidden too.
+    """
+    args = [os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)]
+    hidden = list(secrets)
+    for arg in args:
+        name, sep, value = arg.partition("=")
+        if sep and value and _SECRET_NAME.search(name):
+            hidden.append(value)
+        hidden.extend(uri_secrets(arg.partition("=")[2] or arg))
+    return redact(redact_known(" ".join(args)), [h for h in hidden if len(h) >= 4])[:200]
+
+
+_SECRET_NAME = re.compile(
+    r"(secret|password|token|key_id|access_key|connection_string|credential)", re.I
+)
+
+
+def releases_by_delete(store: BlobStore) -> bool:
+    """Does the store enforce a conditional delete, so that release may delete the lease?
+
+    Stores say so in ``traits.enforces_delete_conditions``; an unknown store (an S3-compatible
+    endpoint, a GCS emulator) is released by compare-and-swap instead, which every store
+    that can hold a lease at all enforces.
+    """
+    traits = store.traits
+    return traits.enforces_delete_conditions and not traits.refuses_delete_conditions
