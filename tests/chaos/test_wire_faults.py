@@ -247,6 +247,34 @@ def test_a_filter_whose_renewals_hang_stops_before_its_lease_expires(
     assert cli.stored(direct, state_id) is None, "a holder that could not renew wrote the state"
 
 
+def test_a_filter_whose_store_stops_answering_stops_before_its_lease_expires(
+    s3_location: StoreLocation, start_proxy: Any
+) -> None:
+    """Renewals and reads of the lease all hang, at a TTL of 20 s: the heartbeat gives the
+    lease up 2 s before its expiry, then reads it back for a renewal that may have landed
+    unseen. That read-back once took ``check_seconds`` (2 s at this TTL) and kept the
+    process up past its lease; it now ends halfway to the expiry it knows."""
+    proxy, faulty = start_proxy(s3_location)
+    direct = s3_location.open()
+    state_id = f"chaos-mute-{uuid.uuid4().hex[:8]}"
+    with cli.holding_filter(faulty, direct, state_id, "20") as holder:
+        # every request about the lease from now on, reads too, is held and never answered
+        proxy.set_faults(blackhole=1.0, blackhole_seconds=120, match=f"{state_id}/{cli.LEASE_FILE}")
+        time.sleep(0.5)  # a renewal already past the proxy lands; later ones hang
+        last = cli.lease_record(direct, state_id)
+        assert last is not None
+        assert last["pid"] == holder.pid
+        code = wait_before_expiry(holder, last)
+        ended = time.time()
+    assert holder.stderr is not None
+    err = holder.stderr.read().decode(errors="replace")
+    assert code == 4, err
+    assert "Traceback" not in err, err
+    assert ended < last["expires_at"], (
+        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
+    )
+
+
 @pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
 def test_a_run_whose_renewals_hang_stops_its_children_before_the_lease_expires(
     cloud_location: StoreLocation, start_proxy: Any, tmp_path: Path
