@@ -18,7 +18,9 @@ import pytest
 from mapper_state.core import state
 from mapper_state.core.lease import releases_by_delete
 from mapper_state.errors import LeaseLost
+from mapper_state.stores import deadline
 from mapper_state.stores.base import BlobStore, PreconditionFailed, listing
+from mapper_state.stores.deadline import DeadlinePassed
 from tests.contract.racing import race
 from tests.helpers import count_pages
 
@@ -116,6 +118,26 @@ class StoreContract:
         with pytest.raises(PreconditionFailed):
             store.delete("k", if_version=v1)
         assert store.read("k") is not None
+
+    def test_a_call_whose_deadline_has_passed_sends_nothing(self, store: BlobStore) -> None:
+        """A store honours the deadline a caller carries into its calls (a renewal after the
+        lease was given up must not reach the store): once it has passed, nothing is sent."""
+        version = store.create("late/lock", b"before")
+        with deadline.within(0):
+            with pytest.raises(DeadlinePassed):
+                store.replace("late/lock", b"after", version)
+            with pytest.raises(DeadlinePassed):
+                store.create("late/other", b"after")
+            with pytest.raises(DeadlinePassed):
+                store.delete("late/lock", if_version=version)
+            with pytest.raises(DeadlinePassed):
+                store.read("late/lock")
+        blob = store.read("late/lock")
+        assert blob is not None
+        assert (blob.data, blob.version) == (b"before", version)
+        assert store.read("late/other") is None
+        with deadline.within(30):  # a deadline with time left changes nothing
+            assert store.replace("late/lock", b"in time", version) != version
 
     def test_list_prefix(self, store: BlobStore) -> None:
         for key in ("p/a/state.json", "p/b/state.json", "p/b/lock", "q/state.json"):
