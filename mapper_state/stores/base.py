@@ -32,7 +32,9 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    connection resets) in one layer only, :func:`mapper_state.stores.retry.retrying`
    (the SDK's own retries off), within ``traits.retry_deadline_seconds`` (the
    registry lowers it to a third of the lease TTL). A cloud store gets all of this,
-   and paging, from :class:`mapper_state.stores.cloud.CloudStore`.
+   and paging, from :class:`mapper_state.stores.cloud.CloudStore`. Each call honours
+   the deadline its caller carries (:mod:`mapper_state.stores.deadline`): its SDK
+   timeouts fit ``seconds_left(...)``, and nothing is sent once it has passed.
 8. Set ``traits`` (:class:`StoreTraits`) in ``__init__``: ``enforces_delete_conditions``
    only where the service is known to refuse a stale conditional delete. ``close()``
    releases connections. Declare the opener's type (``_OPENER: Opener = from_uri``, or

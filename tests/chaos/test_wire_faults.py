@@ -204,9 +204,9 @@ def _hang_renewals(
 
 
 #: The TTL of the holders whose renewals hang. The heartbeat gives the lease up at its
-#: expiry minus the skew allowance, then reads the lease back (up to ``check_seconds``)
-#: before it exits: at 10 s that is 2 s minus 1 s, leaving 1 s to exit before the expiry;
-#: at 6 s it left 0.6 s, and a run under the whole suite once exited 0.2 s past it.
+#: expiry minus the skew allowance (2 s at 10 s), then reads the lease back (here it
+#: answers at once; up to half the time left when it does not) before it exits; at 6 s
+#: the allowance was 1.2 s, and a run under the whole suite once exited 0.2 s past it.
 HANG_TTL = "10"
 
 
