@@ -154,11 +154,13 @@ class CloudStore(RetryDeadline, abc.ABC):
         deadline.check(f"{op} {where}")
         try:
             with deadline.within(self.retry_deadline_seconds):
-                policy = RetryPolicy(deadline_seconds=self.budget())
                 return retrying(
-                    fn, is_transient=self._is_transient, what=f"{op} {where}", stats=stats,
-                    policy=policy,
-                )  # fmt: skip
+                    fn,
+                    is_transient=self._is_transient,
+                    what=f"{op} {where}",
+                    stats=stats,
+                    policy=RetryPolicy(deadline_seconds=self.budget()),
+                )
         except StoreError:
             raise
         except Exception as exc:

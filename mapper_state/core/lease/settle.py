@@ -29,10 +29,14 @@ from mapper_state.stores import deadline
 from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
 
 
+#: The shortest read-back: less is not worth a request.
+SHORTEST_CHECK_SECONDS = 0.5
+
+
 def check_seconds(ttl: float) -> float:
     """How long a write whose answer was lost may spend reading the lease back to learn its
     outcome: short, so that a renewal and its check together end well before the lease."""
-    return max(0.5, min(5.0, ttl / 10))
+    return max(SHORTEST_CHECK_SECONDS, min(5.0, ttl / 10))
 
 
 class Settling(Claim):
@@ -102,16 +106,17 @@ class Settling(Claim):
         renewal may have landed unseen; released then unless it expires within the skew
         allowance anyway: a write to a store that does not answer would only keep this
         process past its lease). In the second case the read-back, and the release, get
-        half the time left before ``record``'s expiry at most, the other half being the
-        process's to stop before its lease ends. Anyone else's lease is left alone; when
-        even the check cannot reach the store, the error names how long the lease may
-        stay ours.
+        half the time left before ``record``'s expiry at most (the other half is the
+        process's to stop before its lease ends), and the shortest check at least. Anyone
+        else's lease is left alone; when even the check cannot reach the store, the error
+        names how long the lease may stay ours.
         """
         if isinstance(failed, StoreAccessDenied):
             raise failed
         seconds = check_seconds(self.ttl)
         if failed is None:
-            seconds = min(seconds, (record.expires_at - self.clock()) / 2)
+            half_left = (record.expires_at - self.clock()) / 2
+            seconds = min(seconds, max(SHORTEST_CHECK_SECONDS, half_left))
         found: LeaseRecord | None = None
         try:
             with deadline.within(seconds):
