@@ -28,7 +28,6 @@ from mapper_state.core.lease.record import (
 from mapper_state.stores import deadline
 from mapper_state.stores.base import Blob, PreconditionFailed, StoreAccessDenied, StoreError
 
-
 #: The shortest read-back: less is not worth a request.
 SHORTEST_CHECK_SECONDS = 0.5
 
