@@ -23,7 +23,7 @@ from tests.helpers import StoreCli, count_pages
 from tests.servers import StoreLocation
 from tests.support.cli import invoke_on_store as mapper
 
-GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
+TERMS = ops.WriteTerms(ttl=30, retry=1, wait=0, history_keep=20)
 
 
 def bookmarks(**streams: int) -> dict[str, Any]:
@@ -81,8 +81,8 @@ def test_run_ids_are_made_safe_for_keys() -> None:
 
 def test_a_nested_state_id_named_history_is_not_history() -> None:
     store = MemoryStore()
-    ops.set_state(store, "job/history", {"own": 1}, GUARD)
-    ops.set_state(store, "job", {"a": 1}, GUARD)
+    ops.set_state(store, "job/history", {"own": 1}, TERMS)
+    ops.set_state(store, "job", {"a": 1}, TERMS)
     assert [s.value for s in history.list_snapshots(store, "job")] == [{"a": 1}]
     assert ops.list_state_ids(store) == ["job", "job/history"]
 
@@ -104,11 +104,11 @@ def test_summary_names_the_bookmarks_that_changed() -> None:
 
 def test_history_lists_runs_with_what_changed(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    ops.set_state(store, "job", bookmarks(users=1, orders=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1, orders=1), TERMS)
     # a pipeline run: its final commit, then its snapshot
     state.save(store, "job", bookmarks(users=2, orders=1), state.load(store, "job").version)
     history.record(store, "job", bookmarks(users=2, orders=1), run_id="nightly-1", keep=20)
-    ops.merge_state(store, "job", bookmarks(orders=5), GUARD)
+    ops.merge_state(store, "job", bookmarks(orders=5), TERMS)
 
     text = mapper(tmp_path, "state", "history", "job")
     assert text.returncode == 0, text.stderr
@@ -132,9 +132,9 @@ def test_history_lists_runs_with_what_changed(tmp_path: Path) -> None:
 
 def test_rollback_restores_a_snapshot_and_is_itself_recorded(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1), TERMS)
     good = history.snapshot_names(store, "job")[-1]
-    ops.set_state(store, "job", bookmarks(users=999), GUARD)  # a bad run
+    ops.set_state(store, "job", bookmarks(users=999), TERMS)  # a bad run
 
     result = mapper(tmp_path, "state", "rollback", "job", "--to", good[:-4])  # a unique prefix
     assert result.returncode == 0, result.stderr
@@ -153,8 +153,8 @@ def test_rollback_restores_a_snapshot_and_is_itself_recorded(tmp_path: Path) -> 
 
 def test_rollback_errors(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    ops.set_state(store, "job", {"a": 1}, GUARD)
-    ops.set_state(store, "job", {"a": 2}, GUARD)
+    ops.set_state(store, "job", {"a": 1}, TERMS)
+    ops.set_state(store, "job", {"a": 2}, TERMS)
     before = (tmp_path / "job" / "state.json").read_bytes()
     unknown = mapper(tmp_path, "state", "rollback", "job", "--to", "19990101")
     assert unknown.returncode == 10
@@ -205,10 +205,10 @@ def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFix
     store = HistoryRefused()
     state.save(store, "job", {"a": 1}, None)  # no snapshot holds it yet
     with pytest.raises(StoreError, match="nothing was changed"):
-        ops.set_state(store, "job", {"a": 2}, GUARD)
+        ops.set_state(store, "job", {"a": 2}, TERMS)
     assert state.load(store, "job").value == {"a": 1}
 
-    ops.set_state(store, "new", {"b": 1}, GUARD)  # nothing to lose: written, with a warning
+    ops.set_state(store, "new", {"b": 1}, TERMS)  # nothing to lose: written, with a warning
     assert state.load(store, "new").value == {"b": 1}
     assert "was written, but not its history snapshot" in capsys.readouterr().err
 
@@ -244,7 +244,7 @@ def test_history_survives_the_state_folder_being_deleted(store_cli: StoreCli) ->
 
 def test_history_in_the_old_place_costs_no_request_until_state_migrate_moves_it() -> None:
     store = MemoryStore()
-    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1), TERMS)
     # a snapshot an earlier version kept beside the state, older than the one just written
     old_name = "20200101T000000.000000Z-old-run"
     doc = {"run_id": "old-run", "note": "", "singer_state": bookmarks(users=0)}
@@ -258,7 +258,7 @@ def test_history_in_the_old_place_costs_no_request_until_state_migrate_moves_it(
         return real_list(prefix)
 
     store.list = counting_list  # type: ignore[method-assign]
-    ops.set_state(store, "job", bookmarks(users=2), GUARD)  # a write lists the new place only
+    ops.set_state(store, "job", bookmarks(users=2), TERMS)  # a write lists the new place only
     assert "job/history/" not in listed, listed
     assert [s.value for s in history.list_snapshots(store, "job")] == [
         bookmarks(users=1),
@@ -280,7 +280,7 @@ def test_history_in_the_old_place_costs_no_request_until_state_migrate_moves_it(
 
 def test_clearing_the_history_also_removes_what_an_earlier_version_left() -> None:
     store = MemoryStore()
-    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1), TERMS)
     store.create("job/history/20200101T000000.000000Z-old-run.json", b'{"singer_state": {}}')
     assert history.delete_all(store, "job") == 2
     assert history.migrate_legacy(store) == 0  # nothing comes back

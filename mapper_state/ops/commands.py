@@ -23,10 +23,10 @@ from mapper_state.ops.reading import (
 )
 from mapper_state.ops.transfer import export_line, export_states, import_states
 from mapper_state.ops.writes import (
-    Guard,
     StateExists,
     Transfer,
     Writer,
+    WriteTerms,
     clear_many,
     clear_state,
     copy_state,
@@ -40,10 +40,10 @@ from mapper_state.ops.writes import (
 
 __all__ = [
     "RESERVED_PREFIX",
-    "Guard",
     "ImportEntry",
     "StateExists",
     "Transfer",
+    "WriteTerms",
     "Writer",
     "check_state_id",
     "clear_many",

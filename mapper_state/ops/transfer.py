@@ -12,8 +12,8 @@ from mapper_state.ops.fetch import fetch_all
 from mapper_state.ops.inputs import ImportEntry
 from mapper_state.ops.reading import list_state_ids
 from mapper_state.ops.writes import (
-    Guard,
     StateExists,
+    WriteTerms,
     each_state,
     refuse_busy,
     refuse_existing,
@@ -36,7 +36,7 @@ def export_line(state_id: str, value: Any) -> bytes:
 
 
 def import_states(
-    store: BlobStore, entries: list[ImportEntry], guard: Guard, *, force: bool
+    store: BlobStore, entries: list[ImportEntry], terms: WriteTerms, *, force: bool
 ) -> None:
     """Write every entry, each under its lease; refuse up front if any exists or is busy."""
     if not force:
@@ -56,6 +56,6 @@ def import_states(
             refuse_existing(target, force)
             return values[state_id]
 
-        write_with(store, state_id, guard, value, "state import")
+        write_with(store, state_id, terms, value, "state import")
 
     each_state(list(values), write, "imported")

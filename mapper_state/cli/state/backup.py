@@ -85,5 +85,5 @@ def state_import(cx: StoreAccess, source: str, state_id: str | None, force: bool
     if not entries:
         log.info("nothing to import")
         return
-    ops.import_states(store, entries, cx.guard, force=force)
+    ops.import_states(store, entries, cx.terms, force=force)
     log.info(f"imported {plural(len(entries), 'state')} into {store.display_uri}")

@@ -61,7 +61,7 @@ def state_rollback(cx: StoreAccess, state_id: str, ref: str) -> None:
     Example:
       mapper-state state rollback dev:tap-x-to-target-y --to 2024-06-01T10
     """
-    snap, changed = ops.rollback(cx.store, state_id, ref, cx.guard)
+    snap, changed = ops.rollback(cx.store, state_id, ref, cx.terms)
     if changed:
         log.info(f"rolled {state_id} back to snapshot {snap.name} (run {snap.run_id})")
     else:
