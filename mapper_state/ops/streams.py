@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mapper_state.core import bookmarks
+from mapper_state.core import bookmarks, history
 from mapper_state.core.state import StateSnapshot
 from mapper_state.errors import BadInput, StateNotFound
 from mapper_state.ops.reading import get_state, not_found
@@ -53,8 +53,9 @@ def set_stream(store: BlobStore, state_id: str, stream: str, value: Any, terms: 
 
 def clear_streams(
     store: BlobStore, state_id: str, streams: Sequence[str], terms: WriteTerms
-) -> Any:
-    """Remove the bookmarks of ``streams`` only; every one must be there. Return the rest."""
+) -> str | None:
+    """Remove the bookmarks of ``streams`` only; every one must be there. Return the name
+    of the snapshot that restores them, if the history keeps one."""
 
     def cleared(snapshot: StateSnapshot) -> Any:
         if not snapshot.exists:
@@ -65,4 +66,6 @@ def clear_streams(
         return bookmarks.without_streams(snapshot.value, streams)
 
     note = "state clear " + " ".join(f"--stream {s}" for s in streams)
-    return write_with(store, state_id, terms, cleared, note)
+    write_with(store, state_id, terms, cleared, note)
+    kept = history.snapshot_names(store, state_id)
+    return kept[-2] if len(kept) > 1 else None

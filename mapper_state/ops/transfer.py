@@ -30,6 +30,11 @@ def export_states(store: BlobStore, pattern: str | None = None) -> Iterator[tupl
             yield state_id, {} if snapshot.value is None else snapshot.value
 
 
+def export_meltano(store: BlobStore, pattern: str | None = None) -> dict[str, Any]:
+    """Every state as ``meltano state import`` reads them: ``{state ID: Meltano's document}``."""
+    return {i: state.meltano_document(v) for i, v in export_states(store, pattern)}
+
+
 def export_line(state_id: str, value: Any) -> bytes:
     """One line of ``state export``: ``{"state_id": ..., "singer_state": ...}``."""
     return jsonio.dumps({"state_id": state_id, "singer_state": value}) + b"\n"

@@ -9,7 +9,6 @@ from mapper_state.cli.output import confirm, yes_option
 from mapper_state.cli.params import STATE_ID
 from mapper_state.cli.render import plural
 from mapper_state.cli.store import StoreAccess, store_command
-from mapper_state.core import history
 from mapper_state.errors import ExitCode
 from mapper_state.ops import commands as ops
 from mapper_state.ops import streams
@@ -76,13 +75,8 @@ def _undo(cx: StoreAccess, with_history: bool) -> str:
 
 
 def _clear_streams(cx: StoreAccess, state_id: str, names: list[str]) -> None:
-    streams.clear_streams(cx.store, state_id, names, cx.terms)
-    kept = history.snapshot_names(cx.store, state_id)
-    how = (
-        f"; `mapper-state state rollback {state_id} --to {kept[-2]}` undoes it"
-        if len(kept) > 1
-        else ""
-    )
+    undo = streams.clear_streams(cx.store, state_id, names, cx.terms)
+    how = f"; `mapper-state state rollback {state_id} --to {undo}` undoes it" if undo else ""
     log.info(f"cleared the bookmark of {', '.join(names)} in {state_id}{how}")
 
 
