@@ -481,11 +481,6 @@ def unknown_variables(specs: Sequence[SettingSpec], env: Mapping[str, str]) -> l
     return found
 
 
-def read_config_file(path: str, known: Iterable[str]) -> dict[str, Any]:
-    """A ``--config`` file's settings in dotted form; ``ENV`` means "from the environment"."""
-    return _read_config_file(path, frozenset(known))[0]
-
-
 def _read_config_file(path: str, known: frozenset[str]) -> tuple[dict[str, Any], list[str]]:
     """A ``--config`` file's settings, and a warning for each key that looks like a typo."""
     if path == "ENV":
