@@ -190,8 +190,4 @@ def wait_until_free(venv: Path, project: Project) -> None:
         **project.env,
         "MAPPER_STATE_STATE_BACKEND__URI": f"file://{project.root}/.meltano/state",
     }
-    status = [str(venv / "bin" / "mapper-state"), "lock", "status", STATE_ID, "--format", "json"]
-    lease.wait_until_free(
-        lambda: subprocess.run(status, env=env, capture_output=True, text=True, check=False),
-        timeout=15,
-    )
+    lease.wait_until_free(STATE_ID, env, mapper_state=venv / "bin" / "mapper-state", timeout=15)
