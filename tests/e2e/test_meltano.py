@@ -416,6 +416,21 @@ def _wait_for(condition, what: str, timeout: float = 60) -> None:  # type: ignor
         time.sleep(0.05)
 
 
+def _b_is_refused_naming_the_holder(b: Project, ours: dict[str, str]) -> None:
+    """A's mapper is gone but Meltano is not done: the lease is held, and B fails at once,
+    naming the holder, without loading a row."""
+    status = mapper_state("lock", "status", STATE_ID, "--format", "json", env=ours)
+    held = json.loads(status.stdout)
+    assert held["status"] == "held", held
+    holder = held["holder"]
+    started = time.monotonic()
+    busy = b.run()
+    assert busy.returncode != 0
+    assert f"is busy: held by run {holder['run_id']} on host {holder['host']}" in busy.stderr
+    assert time.monotonic() - started < 30
+    assert delivered(b.output) == list(range(1, 11))
+
+
 def test_one_run_per_pipeline_across_projects_sharing_a_bucket(tmp_path: Path, s3_location) -> None:  # type: ignore[no-untyped-def]
     """Two copies of the project ("two machines") that share only the S3 bucket."""
     _require_meltano_s3()
@@ -440,18 +455,7 @@ def test_one_run_per_pipeline_across_projects_sharing_a_bucket(tmp_path: Path, s
     try:
         _wait_for(lambda: (gate / "input-done").exists(), "A's target to read its input")
         _wait_for(lambda: not a.mapper_state_running(), "A's mapper to exit")
-        status = mapper_state("lock", "status", STATE_ID, "--format", "json", env=ours)
-        held = json.loads(status.stdout)
-        assert held["status"] == "held", held  # the mapper is gone; Meltano is not done
-        holder = held["holder"]
-
-        # B now: fails at once, naming the holder
-        started = time.monotonic()
-        busy = b.run()
-        assert busy.returncode != 0
-        assert f"is busy: held by run {holder['run_id']} on host {holder['host']}" in busy.stderr
-        assert time.monotonic() - started < 30
-        assert delivered(b.output) == list(range(1, 11))
+        _b_is_refused_naming_the_holder(b, ours)
 
         # B again, willing to wait for the lease: Meltano hands its tap the state it
         # reads now, before A has written the newer one
