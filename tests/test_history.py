@@ -19,8 +19,9 @@ from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, count_pages
+from tests.helpers import StoreCli, count_pages, state_line
 from tests.servers import StoreLocation
+from tests.support.cli import invoke_filter
 from tests.support.cli import invoke_on_store as mapper
 
 TERMS = ops.WriteTerms(ttl=30, retry=1, wait=0, history_keep=20)
@@ -211,6 +212,19 @@ def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFix
     ops.set_state(store, "new", {"b": 1}, TERMS)  # nothing to lose: written, with a warning
     assert state.load(store, "new").value == {"b": 1}
     assert "was written, but not its history snapshot" in capsys.readouterr().err
+
+
+def test_a_run_whose_snapshot_fails_keeps_its_state_with_a_warning(tmp_path: Path) -> None:
+    """The commit path's rule holds for a run too: its state is written and stays."""
+    root = tmp_path / ".mapper-state"  # the filter's default store
+    (root / history.HISTORY_ROOT).parent.mkdir(parents=True)
+    (root / history.HISTORY_ROOT).write_text("")  # a file where the snapshots' folder would be
+    line = state_line(bookmarks(users=1))
+    result = invoke_filter("--state-id", "job", cwd=tmp_path, input=line)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == line
+    assert b"the state of job was written, but not its history snapshot" in result.stderr
+    assert state.load(FileStore(root), "job").value == bookmarks(users=1)
 
 
 # -- where the history lives ---------------------------------------------------------
