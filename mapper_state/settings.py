@@ -268,9 +268,6 @@ class Settings:
     #: What was probably a typo: an unknown ``MAPPER_STATE_*`` variable, an ignored config key.
     warnings: tuple[str, ...] = ()
 
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
     # Typed access to the run's own settings; a store reads its own with :meth:`section`.
 
     @property
