@@ -114,7 +114,7 @@ def _judge(prior: StateSnapshot, value: Any, options: Options) -> bookmarks.Verd
     )
 
 
-def keep_prior(store: BlobStore, prior: StateSnapshot, lease: HeldLease, keep: int) -> None:
+def snapshot_prior(store: BlobStore, prior: StateSnapshot, lease: HeldLease, keep: int) -> None:
     """Snapshot the state about to change (unless the newest snapshot holds it); if that
     fails, raise: nothing may be changed."""
     try:
@@ -165,7 +165,7 @@ def commit(
     if options.skip_unchanged and prior.exists and verdict.value == prior.value:
         return Outcome(verdict, prior)
     if options.keep_prior and prior.exists:
-        keep_prior(store, prior, lease, options.history_keep)
+        snapshot_prior(store, prior, lease, options.history_keep)
     lease.confirm()
     written = _swap(store, prior, verdict.value, lease.run_id)
     if options.record:
@@ -191,7 +191,7 @@ def remove(store: BlobStore, lease: HeldLease, prior: StateSnapshot, options: Op
     """Delete ``prior`` (the state as read under ``lease``): keep it in the history first
     when ``options.keep_prior``, confirm the lease, delete it only at its version."""
     if options.keep_prior:
-        keep_prior(store, prior, lease, options.history_keep)
+        snapshot_prior(store, prior, lease, options.history_keep)
     lease.confirm()
     try:
         delete_held(store, state.state_key(prior.state_id), prior.version)
