@@ -1,4 +1,4 @@
-"""The one way a state is written: confirm the lease, guard, compare-and-swap, history.
+"""The one way a state is written: guard, confirm the lease, compare-and-swap, history.
 
 Every writer of ``state.json`` goes through :func:`commit` (or :func:`remove` to clear a
 state, :func:`fence` to rewrite it after a takeover): a run's checkpoints (the filter and
