@@ -23,10 +23,6 @@ def catalog() -> tuple[SettingSpec, ...]:
     return (*RUN_SETTINGS[: last + 1], *store_settings(), *RUN_SETTINGS[last + 1 :])
 
 
-def settings_by_name() -> dict[str, SettingSpec]:
-    return {spec.name: spec for spec in catalog()}
-
-
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     config_files: Iterable[str] = (),

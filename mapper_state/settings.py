@@ -268,9 +268,6 @@ class Settings:
     #: What was probably a typo: an unknown ``MAPPER_STATE_*`` variable, an ignored config key.
     warnings: tuple[str, ...] = ()
 
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
     # Typed access to the run's own settings; a store reads its own with :meth:`section`.
 
     @property
@@ -479,11 +476,6 @@ def unknown_variables(specs: Sequence[SettingSpec], env: Mapping[str, str]) -> l
         hint = did_you_mean(var, known)
         found.append(f"ignored the environment variable {var}: it names no setting{hint}")
     return found
-
-
-def read_config_file(path: str, known: Iterable[str]) -> dict[str, Any]:
-    """A ``--config`` file's settings in dotted form; ``ENV`` means "from the environment"."""
-    return _read_config_file(path, frozenset(known))[0]
 
 
 def _read_config_file(path: str, known: frozenset[str]) -> tuple[dict[str, Any], list[str]]:

@@ -19,7 +19,7 @@ from tests.helpers import clean_env as env
 from tests.support.cli import invoke_on_store as mapper
 
 REPO = Path(__file__).resolve().parents[1]
-GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
+TERMS = ops.WriteTerms(ttl=30, retry=1, wait=0, history_keep=20)
 STATE = {"bookmarks": {"users": {"replication_key_value": "2024-01-01"}, "orders": {"id": 7}}}
 
 
@@ -45,7 +45,7 @@ def one_line_error(result: subprocess.CompletedProcess[bytes]) -> str:
 
 def put(store: Path, state_id: str, value: object) -> None:
     """Arrange a state as `state set` would, without the cost of a process."""
-    ops.set_state(FileStore(store), state_id, value, GUARD)
+    ops.set_state(FileStore(store), state_id, value, TERMS)
 
 
 # -- get and set ---------------------------------------------------------------------

@@ -47,8 +47,8 @@ def files_under(root: Path) -> list[str]:
 
 
 def test_file_store_is_safe_and_left_as_found(tmp_path: Path) -> None:
-    guard = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
-    ops.set_state(FileStore(tmp_path), "dev:tap-a-to-target-b", {"bookmarks": {}}, guard)
+    terms = ops.WriteTerms(ttl=30, retry=1, wait=0, history_keep=20)
+    ops.set_state(FileStore(tmp_path), "dev:tap-a-to-target-b", {"bookmarks": {}}, terms)
     before = {p: (tmp_path / p).read_bytes() for p in files_under(tmp_path)}
 
     result = doctor("--state-backend-uri", f"file://{tmp_path}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mapper_state.core.lease import Lease
+from mapper_state.errors import ConfigError
 from mapper_state.ops import fleet
 from tests.conftest import ON_BOTH
 from tests.helpers import StoreCli, state_line
@@ -120,7 +121,7 @@ def test_durations() -> None:
     assert fleet.parse_duration("2d") == 172800
     assert fleet.parse_duration("1w") == 604800
     for bad in ("", "h", "3x", "1h-2m"):
-        with pytest.raises(Exception, match="not a duration"):
+        with pytest.raises(ConfigError, match="not a duration"):
             fleet.parse_duration(bad)
 
 

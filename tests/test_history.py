@@ -19,11 +19,12 @@ from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, count_pages
+from tests.helpers import StoreCli, count_pages, state_line
 from tests.servers import StoreLocation
+from tests.support.cli import invoke_filter
 from tests.support.cli import invoke_on_store as mapper
 
-GUARD = ops.Guard(ttl=30, retry=1, wait=0, history_keep=20)
+TERMS = ops.WriteTerms(ttl=30, retry=1, wait=0, history_keep=20)
 
 
 def bookmarks(**streams: int) -> dict[str, Any]:
@@ -81,8 +82,8 @@ def test_run_ids_are_made_safe_for_keys() -> None:
 
 def test_a_nested_state_id_named_history_is_not_history() -> None:
     store = MemoryStore()
-    ops.set_state(store, "job/history", {"own": 1}, GUARD)
-    ops.set_state(store, "job", {"a": 1}, GUARD)
+    ops.set_state(store, "job/history", {"own": 1}, TERMS)
+    ops.set_state(store, "job", {"a": 1}, TERMS)
     assert [s.value for s in history.list_snapshots(store, "job")] == [{"a": 1}]
     assert ops.list_state_ids(store) == ["job", "job/history"]
 
@@ -104,11 +105,11 @@ def test_summary_names_the_bookmarks_that_changed() -> None:
 
 def test_history_lists_runs_with_what_changed(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    ops.set_state(store, "job", bookmarks(users=1, orders=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1, orders=1), TERMS)
     # a pipeline run: its final commit, then its snapshot
     state.save(store, "job", bookmarks(users=2, orders=1), state.load(store, "job").version)
     history.record(store, "job", bookmarks(users=2, orders=1), run_id="nightly-1", keep=20)
-    ops.merge_state(store, "job", bookmarks(orders=5), GUARD)
+    ops.merge_state(store, "job", bookmarks(orders=5), TERMS)
 
     text = mapper(tmp_path, "state", "history", "job")
     assert text.returncode == 0, text.stderr
@@ -132,9 +133,9 @@ def test_history_lists_runs_with_what_changed(tmp_path: Path) -> None:
 
 def test_rollback_restores_a_snapshot_and_is_itself_recorded(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1), TERMS)
     good = history.snapshot_names(store, "job")[-1]
-    ops.set_state(store, "job", bookmarks(users=999), GUARD)  # a bad run
+    ops.set_state(store, "job", bookmarks(users=999), TERMS)  # a bad run
 
     result = mapper(tmp_path, "state", "rollback", "job", "--to", good[:-4])  # a unique prefix
     assert result.returncode == 0, result.stderr
@@ -153,8 +154,8 @@ def test_rollback_restores_a_snapshot_and_is_itself_recorded(tmp_path: Path) -> 
 
 def test_rollback_errors(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    ops.set_state(store, "job", {"a": 1}, GUARD)
-    ops.set_state(store, "job", {"a": 2}, GUARD)
+    ops.set_state(store, "job", {"a": 1}, TERMS)
+    ops.set_state(store, "job", {"a": 2}, TERMS)
     before = (tmp_path / "job" / "state.json").read_bytes()
     unknown = mapper(tmp_path, "state", "rollback", "job", "--to", "19990101")
     assert unknown.returncode == 10
@@ -205,12 +206,25 @@ def test_a_change_that_could_not_be_undone_is_not_made(capsys: pytest.CaptureFix
     store = HistoryRefused()
     state.save(store, "job", {"a": 1}, None)  # no snapshot holds it yet
     with pytest.raises(StoreError, match="nothing was changed"):
-        ops.set_state(store, "job", {"a": 2}, GUARD)
+        ops.set_state(store, "job", {"a": 2}, TERMS)
     assert state.load(store, "job").value == {"a": 1}
 
-    ops.set_state(store, "new", {"b": 1}, GUARD)  # nothing to lose: written, with a warning
+    ops.set_state(store, "new", {"b": 1}, TERMS)  # nothing to lose: written, with a warning
     assert state.load(store, "new").value == {"b": 1}
     assert "was written, but not its history snapshot" in capsys.readouterr().err
+
+
+def test_a_run_whose_snapshot_fails_keeps_its_state_with_a_warning(tmp_path: Path) -> None:
+    """The commit path's rule holds for a run too: its state is written and stays."""
+    root = tmp_path / ".mapper-state"  # the filter's default store
+    (root / history.HISTORY_ROOT).parent.mkdir(parents=True)
+    (root / history.HISTORY_ROOT).write_text("")  # a file where the snapshots' folder would be
+    line = state_line(bookmarks(users=1))
+    result = invoke_filter("--state-id", "job", cwd=tmp_path, input=line)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == line
+    assert b"the state of job was written, but not its history snapshot" in result.stderr
+    assert state.load(FileStore(root), "job").value == bookmarks(users=1)
 
 
 # -- where the history lives ---------------------------------------------------------
@@ -244,7 +258,7 @@ def test_history_survives_the_state_folder_being_deleted(store_cli: StoreCli) ->
 
 def test_history_in_the_old_place_costs_no_request_until_state_migrate_moves_it() -> None:
     store = MemoryStore()
-    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1), TERMS)
     # a snapshot an earlier version kept beside the state, older than the one just written
     old_name = "20200101T000000.000000Z-old-run"
     doc = {"run_id": "old-run", "note": "", "singer_state": bookmarks(users=0)}
@@ -258,7 +272,7 @@ def test_history_in_the_old_place_costs_no_request_until_state_migrate_moves_it(
         return real_list(prefix)
 
     store.list = counting_list  # type: ignore[method-assign]
-    ops.set_state(store, "job", bookmarks(users=2), GUARD)  # a write lists the new place only
+    ops.set_state(store, "job", bookmarks(users=2), TERMS)  # a write lists the new place only
     assert "job/history/" not in listed, listed
     assert [s.value for s in history.list_snapshots(store, "job")] == [
         bookmarks(users=1),
@@ -280,7 +294,7 @@ def test_history_in_the_old_place_costs_no_request_until_state_migrate_moves_it(
 
 def test_clearing_the_history_also_removes_what_an_earlier_version_left() -> None:
     store = MemoryStore()
-    ops.set_state(store, "job", bookmarks(users=1), GUARD)
+    ops.set_state(store, "job", bookmarks(users=1), TERMS)
     store.create("job/history/20200101T000000.000000Z-old-run.json", b'{"singer_state": {}}')
     assert history.delete_all(store, "job") == 2
     assert history.migrate_legacy(store) == 0  # nothing comes back

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import MAPPER, state_line, stored_state, wait_until
+from tests.helpers import MAPPER, clean_env, state_line, stored_state, wait_until
 from tests.support.cli import invoke, invoke_filter
+from tests.support.lease import wait_until_free
 from tests.support.meltano import mapping_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -185,12 +186,6 @@ def run_mapping(
     return MappingRun(project, config, env, cwd=cwd, stream=stream).wait()
 
 
-def wait_until_free(store: Path, state_id: str) -> None:
-    """Once Meltano (here: the stand-in) has exited, the lease goes within moments."""
-    lease = store / state_id / LEASE
-    wait_until(lambda: not lease.exists(), f"the lease on {state_id} released")
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
@@ -242,7 +237,7 @@ def test_meltanos_backend_is_read_where_meltano_reads_it(
     code, err = run_mapping(project, config, env, cwd=project / "transform" / "deep", stream=STREAM)
     assert code == 0, err
     assert stored_state(store, "events-copy") == BOOKMARK
-    wait_until_free(store, "events-copy")
+    wait_until_free("events-copy", clean_env(MAPPER_STATE_STATE_BACKEND__URI=f"file://{store}"))
     # and `state get` in the same environment and directory reads the same place
     got = invoke("state", "get", "events-copy", cwd=project / "transform" / "deep", env=env)
     assert json.loads(got.stdout) == BOOKMARK, got.stderr
@@ -433,7 +428,7 @@ def test_the_lease_is_kept_until_meltano_has_exited(project: Path) -> None:
     hold.unlink()
     _, err = first.wait()
     assert "keeping the lease" in err
-    wait_until_free(store, MELTANO_ID)
+    wait_until_free(MELTANO_ID, clean_env(MAPPER_STATE_STATE_BACKEND__URI=f"file://{store}"))
     code, err = run_mapping(project, {"state_id": MELTANO_ID}, env, stream=STREAM)
     assert code == 0, err
 

@@ -141,10 +141,9 @@ def main(
     try:
         settings = resolve_settings(given.flags, given.config_files)
     except MapperStateError:
-        if state_file:  # a tap waiting on the pipe must fail, not hang
-            from mapper_state.stream.handoff import release_reader
+        from mapper_state.modes.filter import release_tap
 
-            release_reader(state_file)
+        release_tap(state_file)  # a tap waiting on the pipe must fail, not hang
         raise
     from mapper_state.meltano.policy import HOOKS
     from mapper_state.modes.filter import run_filter

@@ -12,7 +12,6 @@ from mapper_state.cli import render
 from mapper_state.cli.output import confirm, format_option, out, yes_option
 from mapper_state.cli.params import STATE_ID
 from mapper_state.cli.store import StoreAccess, store_command
-from mapper_state.core.lease import break_lease
 from mapper_state.errors import ExitCode
 from mapper_state.ops import commands as ops
 
@@ -73,7 +72,7 @@ def lock_break(cx: StoreAccess, state_id: str, yes: bool) -> None:
         else ""
     )
     confirm(f"Break the lease on {state_id}, {who}?{warning}", yes)
-    old = break_lease(store, state_id)
+    old = ops.break_lease(store, state_id)
     if old:
         log.info(
             f"broke the lease on {state_id} of run {old.run_id} on host {old.host} "

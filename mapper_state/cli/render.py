@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mapper_state import jsonio
-from mapper_state.core import history
-from mapper_state.core.lease import LeaseRecord, format_time
 from mapper_state.ops import diff, fleet
+from mapper_state.ops.commands import LeaseRecord, Snapshot, format_time
 from mapper_state.redact import redact_known
 
 # -- small words -------------------------------------------------------------------------
@@ -111,9 +110,7 @@ def fleet_table(pipelines: list[fleet.Pipeline], now: float) -> str:
 # -- state history -----------------------------------------------------------------------
 
 
-def history_doc(
-    rows: list[tuple[history.Snapshot, str]], current: str | None
-) -> list[dict[str, Any]]:
+def history_doc(rows: list[tuple[Snapshot, str]], current: str | None) -> list[dict[str, Any]]:
     return [
         {
             "snapshot": s.name,
@@ -131,7 +128,7 @@ def history_doc(
 
 
 def history_table(
-    state_id: str, rows: list[tuple[history.Snapshot, str]], current: str | None, exists: bool
+    state_id: str, rows: list[tuple[Snapshot, str]], current: str | None, exists: bool
 ) -> str:
     if not exists:
         now = "it has no state now (cleared)"

@@ -53,9 +53,9 @@ class StoreAccess:
         return open_configured_store(self.settings)
 
     @property
-    def guard(self) -> ops.Guard:
+    def terms(self) -> ops.WriteTerms:
         """How a write takes the lease and keeps history, from the settings."""
-        return ops.Guard.from_settings(self.settings)
+        return ops.WriteTerms.from_settings(self.settings)
 
     def close(self) -> None:
         if "store" in self.__dict__:

@@ -65,12 +65,6 @@ def snapshot_time(name: str) -> datetime | None:
     return _parse_time(match.group("time")) if match else None
 
 
-def snapshot_run_id(name: str) -> str | None:
-    """The run ID in a snapshot's name (made safe for keys), or ``None``."""
-    match = _NAME.match(name)
-    return match.group("run_id") if match else None
-
-
 def names_in(keys: list[str], prefix: str) -> list[str]:
     """The snapshot names among ``keys`` directly under ``prefix``.
 

@@ -2,8 +2,9 @@
 
 The filter and ``run`` share this: both take the lease, read the prior state,
 commit states through a :class:`Checkpointer` and, on every exit path, release
-the lease. A commit first confirms the lease (a compare-and-swap renewal), then
-writes the state conditionally on the version last seen: fencing.
+the lease. Each state goes through :func:`mapper_state.core.commit.commit` (the guard,
+the lease confirmed by a compare-and-swap renewal, the state written conditionally on
+the version last seen: fencing); the run's last state is kept in the history when it ends.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mapper_state import log, signals
-from mapper_state.core import bookmarks, history, state
+from mapper_state.core import bookmarks, commit, state
 from mapper_state.core.checkpoint import Checkpointer
 from mapper_state.core.lease import Lease
 from mapper_state.errors import ConfigError, LeaseLost
@@ -65,15 +66,21 @@ class Session:
         self.lock_only = self.hooks.lock_only(settings)
         self.dry_run = settings.dry_run
         self.prior: state.StateSnapshot | None = None
-        self._version: str | None = None
-        self._serial = 0
-        self._stored: Any = None
+        #: The state as stored: read at the start, then as this run last wrote it.
+        self._current = state.StateSnapshot(self.state_id, None, None)
         self.committed: Any = None
         self.writes = 0
         self.last_commit_at: float | None = None
         self.checkpointer: Checkpointer | None = None
         self.finished = False
         self.guard = bookmarks.CommitGuard(settings, self.state_id)
+        self._options = commit.Options(
+            history_keep=settings.history_keep,
+            run_write=True,
+            judge=self._judge,
+            record=False,  # the run's last state only, when it ends
+            skip_unchanged=True,
+        )
         self.lease_wait_seconds = 0.0
         #: Called after each state write (e.g. to write metrics).
         self.on_commit: Callable[[], None] | None = None
@@ -89,9 +96,7 @@ class Session:
             self.prior = self._load_fenced()
             self.hooks.check_prior(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
-                self._version = self.prior.version
-                self._serial = self.prior.writer.serial
-                self._stored = self.prior.value
+                self._current = self.prior
                 self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
                 self.lease.start_heartbeat(on_lost=self._lost)
             self._exit_stack = stack.pop_all()
@@ -118,26 +123,14 @@ class Session:
             if self.lease.took_over is None or not prior.exists or not self.writes_state:
                 return prior
             try:
-                version = state.save(
-                    self.store,
-                    self.state_id,
-                    prior.value,
-                    prior.version,
-                    serial=prior.next_serial,
-                    run_id=self.lease.run_id,
-                )
+                fenced = commit.fence(self.store, prior, self.lease.run_id)
             except LeaseLost:
                 continue  # the previous holder's write landed first: read it again
             log.info(
                 f"took over the expired lease of run {self.lease.took_over.run_id} on "
                 f"{self.state_id}; its writes still in flight will be refused"
             )
-            return state.StateSnapshot(
-                self.state_id,
-                prior.value,
-                version,
-                state.Writer(prior.next_serial, self.lease.run_id, time.time()),
-            )
+            return fenced
         raise LeaseLost(f"the state of {self.state_id} keeps changing after the takeover")
 
     def _lost(self, error: LeaseLost) -> None:
@@ -174,7 +167,7 @@ class Session:
 
     def offer(self, value: Any) -> None:
         assert self.checkpointer is not None
-        if self.writes_state and (refusal := self.guard.admit(self._stored, value)):
+        if self.writes_state and (refusal := self.guard.admit(self._current.value, value)):
             self._warn(refusal)
             return
         self.checkpointer.offer(value)
@@ -187,32 +180,23 @@ class Session:
         assert self.checkpointer is not None
         self.checkpointer.check()
 
+    def _judge(self, stored: Any, new: Any) -> bookmarks.Verdict:
+        verdict = self.guard.check(stored, new)
+        self._warn(verdict)
+        return verdict
+
     def _commit(self, value: Any) -> None:
         if not self.writes_state:
             self.committed = value  # nothing to fence: the heartbeat keeps the lease
             return
         if self.settings.state_merge:
-            value = state.deep_merge(self._stored, value)
-        verdict = self.guard.check(self._stored, value)
-        self._warn(verdict)
-        if verdict.refused:
-            return  # the stored state stays
-        value = verdict.value
-        if self._version is not None and value == self._stored:
-            return  # the store holds this already (taps open by repeating their state)
-        self.lease.confirm()
-        self._version = state.save(
-            self.store,
-            self.state_id,
-            value,
-            self._version,
-            serial=self._serial + 1,
-            run_id=self.lease.run_id,
-        )
-        self._serial += 1
-        self._stored = value
-        self.committed = value
-        self.guard.committed(value)
+            value = state.deep_merge(self._current.value, value)
+        outcome = commit.commit(self.store, self.lease, self._current, value, self._options)
+        if not outcome.wrote:
+            return  # refused (the stored state stays), or the store holds this already
+        self._current = outcome.stored
+        self.committed = outcome.stored.value
+        self.guard.committed(outcome.stored.value)
         self.writes += 1
         self.last_commit_at = time.time()
         if self.on_commit is not None:
@@ -228,18 +212,10 @@ class Session:
         assert self.checkpointer is not None
         wrote = self.checkpointer.finish()
         self.finished = True
-        if self.writes and self.settings.history_keep:
-            try:
-                history.record(
-                    self.store,
-                    self.state_id,
-                    self.committed,
-                    run_id=self.lease.run_id,
-                    keep=self.settings.history_keep,
-                    command=self.lease.command,
-                )
-            except StoreError as exc:
-                log.warning(f"could not keep a history snapshot: {exc.message}")
+        if self.writes:
+            commit.record_written(
+                self.store, self.state_id, self.committed, self.lease, self._options
+            )
         return wrote
 
     def release(self) -> None:

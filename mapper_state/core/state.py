@@ -138,14 +138,6 @@ def _parse(data: bytes, where: str) -> Any:
         raise StoreError(f"{where} is not valid JSON; fix or clear it") from None
 
 
-def decode_document(data: bytes, where: str) -> Any:
-    """The effective Singer state in the bytes of a Meltano document."""
-    try:
-        return singer_state(_parse(data, where))
-    except ValueError:
-        raise StoreError(f"{where} does not hold a state document") from None
-
-
 def load(store: BlobStore, state_id: str) -> StateSnapshot:
     blob = store.read(state_key(state_id))
     if blob is None:

@@ -37,7 +37,7 @@ from meltano.core.state_store.base import MeltanoState, StateStoreManager
 
 from mapper_state import log
 from mapper_state.config import load_settings
-from mapper_state.core import bookmarks, history, state
+from mapper_state.core import commit, history, state
 from mapper_state.core.lease import Lease, LeaseRecord, read_lease
 from mapper_state.core.state import singer_state
 from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError
@@ -308,50 +308,29 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
 
     def _write(self, lease: Lease | RunLease, state_id: str, value: Any) -> None:
         prior = self._seen.get(state_id) or state.load(self.store, state_id)
-        keep = int(self.settings["history_keep"])
-        if prior.exists and prior.writer.run_id is None:  # written by Meltano: keep it undoable
-            history.record_if_missing(self.store, state_id, prior.value, keep=keep)
-        verdict = bookmarks.guard(
-            prior.value,
-            value,
-            state_id=state_id,
-            allow_reset=bool(self.settings[bookmarks.RESET_SETTING]),
+        options = commit.Options(
+            note=NOTE,
+            history_keep=self.settings.history_keep,
+            run_write=True,
+            allow_reset=self.settings.allow_state_reset,
+            keep_prior=prior.writer.run_id is None,  # written by Meltano: keep it undoable
         )
-        if verdict.refused:
-            reason = verdict.warning or f"refused to replace the bookmarks of {state_id}"
+        outcome = commit.commit(self.store, lease, prior, value, options)
+        if outcome.refused:
+            reason = outcome.verdict.warning or f"refused to replace the bookmarks of {state_id}"
             raise BadInput(
                 f"{reason} (set allow_state_reset, or `meltano state clear` the state first)"
             )
-        if verdict.warning:
-            log.warning(verdict.warning)
-        lease.confirm()  # fencing: the lease is still ours...
-        new_version = state.save(  # ...and the state is still the one read under it
-            self.store,
-            state_id,
-            verdict.value,
-            prior.version,
-            serial=prior.next_serial,
-            run_id=lease.run_id,
-        )
-        self._seen[state_id] = state.StateSnapshot(
-            state_id, verdict.value, new_version, state.Writer(prior.next_serial, lease.run_id)
-        )
-        history.record(
-            self.store,
-            state_id,
-            verdict.value,
-            run_id=lease.run_id,
-            keep=keep,
-            note=NOTE,
-            command=lease.command,
-        )
+        if outcome.verdict.warning:
+            log.warning(outcome.verdict.warning)
+        self._seen[state_id] = outcome.stored
 
     def delete(self, state_id: str) -> None:
         with self._held(state_id) as lease, _errors_as_meltano():
             prior = self._seen.get(state_id) or state.load(self.store, state_id)
             if not prior.exists:
                 return
-            keep = int(self.settings["history_keep"])
+            keep = self.settings.history_keep
             history.record_if_missing(self.store, state_id, prior.value, keep=keep)
             lease.confirm()
             self.store.delete(state.state_key(state_id), if_version=prior.version)

@@ -31,6 +31,13 @@ def _on_bad(strict: bool) -> Callable[[str], None]:
     return on_bad
 
 
+def release_tap(state_file: str | None) -> None:
+    """The filter will not start: let a tap waiting on ``state_file`` (a pipe) see its end
+    and fail, rather than wait for a state that never comes."""
+    if state_file:
+        handoff.release_reader(state_file)
+
+
 def run_filter(
     settings: Settings,
     *,
@@ -43,8 +50,7 @@ def run_filter(
     try:
         run_metrics = metrics.open_metrics(settings)
     except ConfigError:
-        if state_file:
-            handoff.release_reader(state_file)
+        release_tap(state_file)
         raise
     return metrics.measured(
         run_metrics,
@@ -128,8 +134,7 @@ def _start_session(
             run_metrics.session = session  # the lease wait counts even if it fails
         return stack.enter_context(session)
     except BaseException:
-        if state_file:
-            handoff.release_reader(state_file)
+        release_tap(state_file)
         raise
 
 

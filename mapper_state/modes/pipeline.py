@@ -40,7 +40,7 @@ def _die_with_parent() -> None:
 
 
 def command_line(settings: Settings, name: str) -> list[str]:
-    raw = settings[name]
+    raw = settings.tap if name == "tap" else settings.target
     if not raw or not str(raw).strip():
         raise ConfigError(
             f"setting {name} is required for run (--{name} or MAPPER_STATE_{name.upper()})"

@@ -4,12 +4,22 @@ The command line calls ``commands.<name>``; each concern lives in its own module
 :mod:`~mapper_state.ops.ids` (which state IDs may be named), :mod:`~mapper_state.ops.reading`
 (listing and reading states and leases), :mod:`~mapper_state.ops.inputs` (parsing what the
 user gives), :mod:`~mapper_state.ops.writes` (changes under the lease, with history) and
-:mod:`~mapper_state.ops.transfer` (export and import). Every store inherits these commands
+:mod:`~mapper_state.ops.transfer` (export and import), :mod:`~mapper_state.ops.history`
+(the history a command shows); the lease's record and ``lock break`` come from the core
+as they are. Every store inherits these commands
 without a line of its own.
 """
 
 from __future__ import annotations
 
+from mapper_state.core.lease import LeaseRecord, break_lease, format_time
+from mapper_state.ops.history import (
+    HISTORY_ROOT,
+    HistoryView,
+    Snapshot,
+    history_view,
+    migrate_history,
+)
 from mapper_state.ops.ids import RESERVED_PREFIX, check_state_id, is_reserved
 from mapper_state.ops.inputs import ImportEntry, parse_import, parse_state
 from mapper_state.ops.reading import (
@@ -21,12 +31,12 @@ from mapper_state.ops.reading import (
     state_entries,
     state_keys,
 )
-from mapper_state.ops.transfer import export_line, export_states, import_states
+from mapper_state.ops.transfer import export_line, export_meltano, export_states, import_states
 from mapper_state.ops.writes import (
-    Guard,
     StateExists,
     Transfer,
     Writer,
+    WriteTerms,
     clear_many,
     clear_state,
     copy_state,
@@ -39,25 +49,34 @@ from mapper_state.ops.writes import (
 )
 
 __all__ = [
+    "HISTORY_ROOT",
     "RESERVED_PREFIX",
-    "Guard",
+    "HistoryView",
     "ImportEntry",
+    "LeaseRecord",
+    "Snapshot",
     "StateExists",
     "Transfer",
+    "WriteTerms",
     "Writer",
+    "break_lease",
     "check_state_id",
     "clear_many",
     "clear_state",
     "copy_state",
     "export_line",
+    "export_meltano",
     "export_states",
+    "format_time",
     "get_state",
+    "history_view",
     "import_states",
     "is_reserved",
     "list_state_ids",
     "literal_prefix",
     "lock_status",
     "merge_state",
+    "migrate_history",
     "move_state",
     "not_found",
     "parse_import",

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mapper_state.core import bookmarks
+from mapper_state.core import bookmarks, history
 from mapper_state.core.state import StateSnapshot
 from mapper_state.errors import BadInput, StateNotFound
 from mapper_state.ops.reading import get_state, not_found
-from mapper_state.ops.writes import Guard, write_with
+from mapper_state.ops.writes import WriteTerms, write_with
 from mapper_state.stores.base import BlobStore
 
 
@@ -38,7 +38,7 @@ def get_stream(store: BlobStore, state_id: str, stream: str) -> Any:
         raise _no_bookmark(state_id, value, [stream]) from None
 
 
-def set_stream(store: BlobStore, state_id: str, stream: str, value: Any, guard: Guard) -> Any:
+def set_stream(store: BlobStore, state_id: str, stream: str, value: Any, terms: WriteTerms) -> Any:
     """Replace the bookmark of ``stream`` (a state is created if there is none); return it all."""
     if value is None:
         raise BadInput(
@@ -48,11 +48,14 @@ def set_stream(store: BlobStore, state_id: str, stream: str, value: Any, guard: 
     def replaced(snapshot: StateSnapshot) -> Any:
         return bookmarks.with_stream(snapshot.value, stream, value)
 
-    return write_with(store, state_id, guard, replaced, f"state set --stream {stream}")
+    return write_with(store, state_id, terms, replaced, f"state set --stream {stream}")
 
 
-def clear_streams(store: BlobStore, state_id: str, streams: Sequence[str], guard: Guard) -> Any:
-    """Remove the bookmarks of ``streams`` only; every one must be there. Return the rest."""
+def clear_streams(
+    store: BlobStore, state_id: str, streams: Sequence[str], terms: WriteTerms
+) -> str | None:
+    """Remove the bookmarks of ``streams`` only; every one must be there. Return the name
+    of the snapshot that restores them, if the history keeps one."""
 
     def cleared(snapshot: StateSnapshot) -> Any:
         if not snapshot.exists:
@@ -63,4 +66,6 @@ def clear_streams(store: BlobStore, state_id: str, streams: Sequence[str], guard
         return bookmarks.without_streams(snapshot.value, streams)
 
     note = "state clear " + " ".join(f"--stream {s}" for s in streams)
-    return write_with(store, state_id, guard, cleared, note)
+    write_with(store, state_id, terms, cleared, note)
+    kept = history.snapshot_names(store, state_id)
+    return kept[-2] if len(kept) > 1 else None

@@ -12,8 +12,8 @@ from mapper_state.ops.fetch import fetch_all
 from mapper_state.ops.inputs import ImportEntry
 from mapper_state.ops.reading import list_state_ids
 from mapper_state.ops.writes import (
-    Guard,
     StateExists,
+    WriteTerms,
     each_state,
     refuse_busy,
     refuse_existing,
@@ -30,13 +30,18 @@ def export_states(store: BlobStore, pattern: str | None = None) -> Iterator[tupl
             yield state_id, {} if snapshot.value is None else snapshot.value
 
 
+def export_meltano(store: BlobStore, pattern: str | None = None) -> dict[str, Any]:
+    """Every state as ``meltano state import`` reads them: ``{state ID: Meltano's document}``."""
+    return {i: state.meltano_document(v) for i, v in export_states(store, pattern)}
+
+
 def export_line(state_id: str, value: Any) -> bytes:
     """One line of ``state export``: ``{"state_id": ..., "singer_state": ...}``."""
     return jsonio.dumps({"state_id": state_id, "singer_state": value}) + b"\n"
 
 
 def import_states(
-    store: BlobStore, entries: list[ImportEntry], guard: Guard, *, force: bool
+    store: BlobStore, entries: list[ImportEntry], terms: WriteTerms, *, force: bool
 ) -> None:
     """Write every entry, each under its lease; refuse up front if any exists or is busy."""
     if not force:
@@ -56,6 +61,6 @@ def import_states(
             refuse_existing(target, force)
             return values[state_id]
 
-        write_with(store, state_id, guard, value, "state import")
+        write_with(store, state_id, terms, value, "state import")
 
     each_state(list(values), write, "imported")

@@ -1,10 +1,12 @@
 """Changing states the way a run does: under the lease, fenced, with history kept.
 
-Every write takes the lease on the state ID, reads the state and its version,
-confirms the lease, then writes only if the state is still at that version, so an
-operator can never interleave with a running pipeline. Before a state is changed
-or cleared its current value is kept in the history (if the newest snapshot does
-not already hold it), so every change is undoable with ``state rollback``.
+Every write takes the lease on the state ID, reads the state and its version, and
+commits through :mod:`mapper_state.core.commit` (the lease confirmed, the state written
+only if it is still at that version), so an operator can never interleave with a
+running pipeline. Before a state is changed or cleared its current value is kept in
+the history (if the newest snapshot does not already hold it), so every change is
+undoable with ``state rollback``. An operator's write is explicit: the empty-state
+guard of a run does not stand in its way.
 """
 
 from __future__ import annotations
@@ -15,16 +17,14 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mapper_state import log
-from mapper_state.core import history, state
-from mapper_state.core.deletes import delete_held
+from mapper_state.core import commit, history, state
 from mapper_state.core.lease import Lease, read_lease
-from mapper_state.core.state import StateSnapshot, state_key
-from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError, StateNotFound
+from mapper_state.core.state import StateSnapshot
+from mapper_state.errors import BadInput, LeaseBusy, MapperStateError, StateNotFound
 from mapper_state.ops.fetch import fetch_all
 from mapper_state.ops.reading import not_found
 from mapper_state.settings import Settings
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+from mapper_state.stores.base import BlobStore
 
 
 class StateExists(BadInput):
@@ -32,8 +32,8 @@ class StateExists(BadInput):
 
 
 @dataclass(frozen=True)
-class Guard:
-    """How a write takes the lease, and how much history it keeps."""
+class WriteTerms:
+    """The terms of an operator's write: how it takes the lease, how much history it keeps."""
 
     ttl: float
     retry: float
@@ -43,7 +43,7 @@ class Guard:
     secret_values: tuple[str, ...] = ()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Guard:
+    def from_settings(cls, settings: Settings) -> WriteTerms:
         return cls(
             ttl=settings.lock_timeout,
             retry=settings.lock_retry,
@@ -71,92 +71,65 @@ class Guard:
         return Lease.for_settings(store, state_id, self)
 
 
-def _keep_current(
-    store: BlobStore, snapshot: StateSnapshot, guard: Guard, command: str | None = None
-) -> None:
-    """Snapshot the state about to change; if that fails, change nothing."""
-    try:
-        history.record_if_missing(
-            store, snapshot.state_id, snapshot.value, keep=guard.history_keep, command=command
-        )
-    except StoreError as exc:
-        raise StoreError(
-            f"could not keep the current state of {snapshot.state_id} in its history, "
-            f"so nothing was changed: {exc.message}"
-        ) from None
+def _options(terms: WriteTerms, note: str = "", *, keep_prior: bool = True) -> commit.Options:
+    """An operator's write: not guarded, the prior state kept in the history first."""
+    return commit.Options(note=note, history_keep=terms.history_keep, keep_prior=keep_prior)
 
 
 def _commit(
-    store: BlobStore, lease: Lease, snapshot: StateSnapshot, value: Any, guard: Guard, note: str
+    store: BlobStore,
+    lease: Lease,
+    snapshot: StateSnapshot,
+    value: Any,
+    terms: WriteTerms,
+    note: str,
 ) -> None:
-    state_id, run_id = snapshot.state_id, lease.run_id
-    _keep_current(store, snapshot, guard, lease.command)
-    lease.confirm()
-    serial = snapshot.next_serial
-    state.save(store, state_id, value, if_version=snapshot.version, serial=serial, run_id=run_id)
-    try:
-        history.record(
-            store,
-            state_id,
-            value,
-            run_id=run_id,
-            keep=guard.history_keep,
-            note=note,
-            command=lease.command,
-        )
-    except StoreError as exc:
-        log.warning(
-            f"the state of {snapshot.state_id} was written, but not its history snapshot: "
-            f"{exc.message}"
-        )
+    commit.commit(store, lease, snapshot, value, _options(terms, note))
 
 
 def _remove(
-    store: BlobStore, lease: Lease, snapshot: StateSnapshot, guard: Guard, *, keep_history: bool
+    store: BlobStore,
+    lease: Lease,
+    snapshot: StateSnapshot,
+    terms: WriteTerms,
+    *,
+    keep_history: bool,
 ) -> None:
-    if keep_history:
-        _keep_current(store, snapshot, guard, lease.command)
-    lease.confirm()
-    try:
-        delete_held(store, state_key(snapshot.state_id), snapshot.version)
-    except PreconditionFailed:
-        raise LeaseLost(
-            f"the state of {snapshot.state_id} was changed by another writer; not clearing it"
-        ) from None
+    commit.remove(store, lease, snapshot, _options(terms, keep_prior=keep_history))
 
 
 def write_with(
     store: BlobStore,
     state_id: str,
-    guard: Guard,
+    terms: WriteTerms,
     compute: Callable[[StateSnapshot], Any],
     note: str,
 ) -> Any:
     """Under the lease: read the state, ``compute`` the new one from it, write it (with
     history snapshots before and after); return what was written."""
-    with guard.lease(store, state_id) as lease:
+    with terms.lease(store, state_id) as lease:
         snapshot = state.load(store, state_id)
         value = compute(snapshot)
-        _commit(store, lease, snapshot, value, guard, note)
+        _commit(store, lease, snapshot, value, terms, note)
     return value
 
 
-#: ``set_state`` or ``merge_state``: ``(store, state_id, value, guard)``.
-Writer = Callable[[BlobStore, str, Any, Guard], Any]
+#: ``set_state`` or ``merge_state``: ``(store, state_id, value, terms)``.
+Writer = Callable[[BlobStore, str, Any, WriteTerms], Any]
 
 
-#: ``copy_state`` or ``move_state``: ``(store, src, dst, guard, *, force)``.
+#: ``copy_state`` or ``move_state``: ``(store, src, dst, terms, *, force)``.
 class Transfer(Protocol):
     def __call__(
-        self, store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool
+        self, store: BlobStore, src: str, dst: str, terms: WriteTerms, *, force: bool
     ) -> None: ...
 
 
-def set_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> None:
-    write_with(store, state_id, guard, lambda _: value, "state set")
+def set_state(store: BlobStore, state_id: str, value: Any, terms: WriteTerms) -> None:
+    write_with(store, state_id, terms, lambda _: value, "state set")
 
 
-def merge_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> Any:
+def merge_state(store: BlobStore, state_id: str, value: Any, terms: WriteTerms) -> Any:
     """Deep-merge ``value`` over the existing state; return the result."""
 
     def merged(snapshot: StateSnapshot) -> Any:
@@ -164,18 +137,20 @@ def merge_state(store: BlobStore, state_id: str, value: Any, guard: Guard) -> An
             raise not_found(store, state_id)
         return state.deep_merge(snapshot.value or {}, value)
 
-    return write_with(store, state_id, guard, merged, "state merge")
+    return write_with(store, state_id, terms, merged, "state merge")
 
 
-def clear_state(store: BlobStore, state_id: str, guard: Guard, *, with_history: bool) -> str | None:
+def clear_state(
+    store: BlobStore, state_id: str, terms: WriteTerms, *, with_history: bool
+) -> str | None:
     """Remove the state, and its history if ``with_history``.
 
     Returns the newest snapshot's name (the one that restores the state), if any.
     """
-    with guard.lease(store, state_id) as lease:
+    with terms.lease(store, state_id) as lease:
         snapshot = state.load(store, state_id)
         if snapshot.exists:
-            _remove(store, lease, snapshot, guard, keep_history=not with_history)
+            _remove(store, lease, snapshot, terms, keep_history=not with_history)
         elif not (with_history and history.snapshot_names(store, state_id)):
             raise not_found(store, state_id)
         if with_history:
@@ -206,11 +181,13 @@ def each_state(state_ids: list[str], action: Callable[[str], object], verb: str)
             ) from None
 
 
-def clear_many(store: BlobStore, state_ids: list[str], guard: Guard, *, with_history: bool) -> None:
+def clear_many(
+    store: BlobStore, state_ids: list[str], terms: WriteTerms, *, with_history: bool
+) -> None:
     refuse_busy(store, state_ids, "nothing cleared")
     each_state(
         state_ids,
-        lambda i: clear_state(store, i, guard, with_history=with_history),
+        lambda i: clear_state(store, i, terms, with_history=with_history),
         "cleared",
     )
 
@@ -220,7 +197,7 @@ def refuse_existing(snapshot: StateSnapshot, force: bool) -> None:
         raise StateExists(f"state ID {snapshot.state_id} exists already; add --force to replace it")
 
 
-def copy_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool) -> None:
+def copy_state(store: BlobStore, src: str, dst: str, terms: WriteTerms, *, force: bool) -> None:
     if src == dst:
         raise BadInput("the source and destination are the same state ID")
     source = state.load(store, src)
@@ -231,23 +208,23 @@ def copy_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: boo
         refuse_existing(target, force)
         return source.value
 
-    write_with(store, dst, guard, value, f"state copy from {src}")
+    write_with(store, dst, terms, value, f"state copy from {src}")
 
 
-def move_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: bool) -> None:
+def move_state(store: BlobStore, src: str, dst: str, terms: WriteTerms, *, force: bool) -> None:
     """Copy ``src`` onto ``dst`` and remove ``src``, holding both leases (taken in name order)."""
     if src == dst:
         raise BadInput("the source and destination are the same state ID")
     with ExitStack() as stack:
-        leases = {i: stack.enter_context(guard.lease(store, i)) for i in sorted((src, dst))}
+        leases = {i: stack.enter_context(terms.lease(store, i)) for i in sorted((src, dst))}
         source = state.load(store, src)
         if not source.exists:
             raise not_found(store, src)
         target = state.load(store, dst)
         refuse_existing(target, force)
-        _commit(store, leases[dst], target, source.value, guard, f"state move from {src}")
+        _commit(store, leases[dst], target, source.value, terms, f"state move from {src}")
         try:
-            _remove(store, leases[src], source, guard, keep_history=True)
+            _remove(store, leases[src], source, terms, keep_history=True)
         except MapperStateError as exc:
             raise MapperStateError(
                 f"copied {src} to {dst} ({dst} holds the state now) but could not remove "
@@ -258,10 +235,10 @@ def move_state(store: BlobStore, src: str, dst: str, guard: Guard, *, force: boo
 
 
 def rollback(
-    store: BlobStore, state_id: str, ref: str, guard: Guard
+    store: BlobStore, state_id: str, ref: str, terms: WriteTerms
 ) -> tuple[history.Snapshot, bool]:
     """Restore the snapshot ``ref`` names; return it and whether anything changed."""
-    with guard.lease(store, state_id) as lease:
+    with terms.lease(store, state_id) as lease:
         snapshots = history.list_snapshots(store, state_id)
         if not snapshots:
             raise StateNotFound(f"state ID {state_id} has no history in {store.display_uri}")
@@ -269,5 +246,5 @@ def rollback(
         current = state.load(store, state_id)
         if current.exists and current.value == target.value:
             return target, False
-        _commit(store, lease, current, target.value, guard, f"state rollback to {target.name}")
+        _commit(store, lease, current, target.value, terms, f"state rollback to {target.name}")
         return target, True

@@ -47,7 +47,6 @@ OnBad = Callable[[str], None]
 class PumpStats:
     bytes: int = 0
     states: int = 0
-    chunks: int = 0
 
 
 def enlarge_pipe(fd: int) -> None:
@@ -260,7 +259,6 @@ def pump(
             feed(buffer, n)
         write_downstream(dst_fd, view[:n])
         stats.bytes += n
-        stats.chunks += 1
         if not scan_first:
             feed(buffer, n)
         if check is not None:

@@ -201,13 +201,6 @@ def run_sample(
     )
 
 
-def wait_until_free(status_args: list[str], env: dict[str, str]) -> None:
-    """Once `meltano run` has returned, the lease goes within moments."""
-    lease.wait_until_free(
-        lambda: mapper_state("lock", "status", *status_args, "--format", "json", env=env)
-    )
-
-
 def assert_no_fencing_trouble(output: str) -> None:
     for bad in ("lost the lease", "changed by another writer", "mapper-state: error"):
         assert bad not in output, output
@@ -230,7 +223,7 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
     assert "leaving state.json to Meltano (lock_only)" in first.stderr
     assert "keeping the lease on dev:tap-sample-to-target-jsonl until Meltano" in first.stderr
     assert_no_fencing_trouble(first.stderr)
-    wait_until_free([STATE_ID], ours)
+    lease.wait_until_free(STATE_ID, ours)
     # state.json is Meltano's own (no writer record of ours); the keeper kept it in the history
     assert "mapper_state" not in json.loads((store / STATE_ID / "state.json").read_bytes())
     kept = mapper_state("state", "history", STATE_ID, "--format", "json", env=ours)
@@ -253,7 +246,7 @@ def test_meltano_and_mapper_state_keep_one_state_on_the_local_store(tmp_path: Pa
     assert second.returncode == 0, second.stderr
     assert delivered(project.output) == [*range(1, 11), *range(7, 13)]
     assert_no_fencing_trouble(second.stderr)
-    wait_until_free([STATE_ID], ours)
+    lease.wait_until_free(STATE_ID, ours)
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 12)}
 
     # Meltano's state is also what the next `mapper-state run` hands its tap
@@ -284,7 +277,7 @@ def test_the_history_survives_meltano_state_clear(tmp_path: Path) -> None:
     first = project.run()
     assert first.returncode == 0, first.stderr
     assert_no_fencing_trouble(first.stderr)
-    wait_until_free([STATE_ID], ours)  # the keeper snapshots Meltano's state, then releases
+    lease.wait_until_free(STATE_ID, ours)  # the keeper snapshots Meltano's state, then releases
     history = mapper_state("state", "history", STATE_ID, "--format", "json", env=ours)
     snaps = json.loads(history.stdout)
     assert [s["singer_state"] for s in snaps] == [bookmark(data, 6), bookmark(data, 1)]
@@ -308,7 +301,7 @@ def test_the_history_survives_meltano_state_clear(tmp_path: Path) -> None:
     second = project.run()
     assert second.returncode == 0, second.stderr
     assert delivered(project.output) == [*range(1, 7), 7, 8]  # resumed, not from the start
-    wait_until_free([STATE_ID], ours)
+    lease.wait_until_free(STATE_ID, ours)
 
 
 def test_a_state_id_of_its_own_and_a_missing_one(tmp_path: Path) -> None:
@@ -346,7 +339,7 @@ def test_a_state_id_of_its_own_and_a_missing_one(tmp_path: Path) -> None:
     assert "lock_only" not in run.stderr
     assert delivered(project.output) == [1, 2, 3, 4]
     kept = clean_env(MAPPER_STATE_STATE_BACKEND__URI=f"file://{project.root / 'kept'}")
-    wait_until_free(["tap-sample-events"], kept)
+    lease.wait_until_free("tap-sample-events", kept)
     got = mapper_state("state", "get", "tap-sample-events", env=kept)
     assert json.loads(got.stdout) == bookmark(data, 4), got.stderr
     assert project.state_get(STATE_ID) == {"singer_state": bookmark(data, 4)}
@@ -423,6 +416,21 @@ def _wait_for(condition, what: str, timeout: float = 60) -> None:  # type: ignor
         time.sleep(0.05)
 
 
+def _b_is_refused_naming_the_holder(b: Project, ours: dict[str, str]) -> None:
+    """A's mapper is gone but Meltano is not done: the lease is held, and B fails at once,
+    naming the holder, without loading a row."""
+    status = mapper_state("lock", "status", STATE_ID, "--format", "json", env=ours)
+    held = json.loads(status.stdout)
+    assert held["status"] == "held", held
+    holder = held["holder"]
+    started = time.monotonic()
+    busy = b.run()
+    assert busy.returncode != 0
+    assert f"is busy: held by run {holder['run_id']} on host {holder['host']}" in busy.stderr
+    assert time.monotonic() - started < 30
+    assert delivered(b.output) == list(range(1, 11))
+
+
 def test_one_run_per_pipeline_across_projects_sharing_a_bucket(tmp_path: Path, s3_location) -> None:  # type: ignore[no-untyped-def]
     """Two copies of the project ("two machines") that share only the S3 bucket."""
     _require_meltano_s3()
@@ -438,7 +446,7 @@ def test_one_run_per_pipeline_across_projects_sharing_a_bucket(tmp_path: Path, s
     first = b.run()
     assert first.returncode == 0, first.stderr
     assert delivered(b.output) == list(range(1, 11))
-    wait_until_free([STATE_ID], ours)
+    lease.wait_until_free(STATE_ID, ours)
 
     # A runs; its target is still loading when the tap and the mapper are done
     add_rows(data, 5)
@@ -447,18 +455,7 @@ def test_one_run_per_pipeline_across_projects_sharing_a_bucket(tmp_path: Path, s
     try:
         _wait_for(lambda: (gate / "input-done").exists(), "A's target to read its input")
         _wait_for(lambda: not a.mapper_state_running(), "A's mapper to exit")
-        status = mapper_state("lock", "status", STATE_ID, "--format", "json", env=ours)
-        held = json.loads(status.stdout)
-        assert held["status"] == "held", held  # the mapper is gone; Meltano is not done
-        holder = held["holder"]
-
-        # B now: fails at once, naming the holder
-        started = time.monotonic()
-        busy = b.run()
-        assert busy.returncode != 0
-        assert f"is busy: held by run {holder['run_id']} on host {holder['host']}" in busy.stderr
-        assert time.monotonic() - started < 30
-        assert delivered(b.output) == list(range(1, 11))
+        _b_is_refused_naming_the_holder(b, ours)
 
         # B again, willing to wait for the lease: Meltano hands its tap the state it
         # reads now, before A has written the newer one

@@ -102,6 +102,39 @@ def definition_for(wheel: Path, dest: Path) -> Path:
     return dest
 
 
+def _added_as_defined(
+    project: Project, built_dist: Dist, tmp_path: Path
+) -> tuple[dict[str, Any], Path]:
+    """Meltano kept the definition (every setting, its kind and sensitive flag) and installed
+    the wheel in a virtualenv of its own; the project's document and that virtualenv."""
+    doc = project.read()
+    (mapper,) = doc["plugins"]["mappers"]
+    assert mapper["name"] == "mapper-state"
+    assert mapper["pip_url"] == str(built_dist.wheel)
+    assert mapper["settings"] == yaml.safe_load(DEFINITION.read_text())["settings"]
+    assert "utilities" not in doc["plugins"]
+    venv = project.root / ".meltano" / "mappers" / "mapper-state" / "venv"
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import mapper_state; print(mapper_state.__file__)"],
+        cwd=tmp_path,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert venv in Path(where).parents, where
+    assert (venv / "bin" / "mapper-state").is_file()
+    return doc, venv
+
+
+def _plugin_env(project: Project) -> dict[str, str]:
+    """The project's environment, with the store Meltano's plugin writes to (its state folder)."""
+    return {
+        **project.env,
+        "MAPPER_STATE_STATE_BACKEND__URI": f"file://{project.root}/.meltano/state",
+    }
+
+
 def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     built_dist: Dist, tmp_path: Path
 ) -> None:
@@ -118,27 +151,8 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     assert added.returncode == 0, added.stdout + added.stderr
     print(f"meltano add (installing the wheel): {add_seconds:.1f}s")
 
-    # Meltano kept the definition: every setting, its kind and sensitive flag
-    doc = project.read()
+    doc, venv = _added_as_defined(project, built_dist, tmp_path)
     (mapper,) = doc["plugins"]["mappers"]
-    assert mapper["name"] == "mapper-state"
-    assert mapper["pip_url"] == str(built_dist.wheel)
-    assert mapper["settings"] == yaml.safe_load(DEFINITION.read_text())["settings"]
-    assert "utilities" not in doc["plugins"]
-
-    # ... and installed the wheel in a virtualenv of its own
-    venv = project.root / ".meltano" / "mappers" / "mapper-state" / "venv"
-    where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import mapper_state; print(mapper_state.__file__)"],
-        cwd=tmp_path,
-        env=project.env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert venv in Path(where).parents, where
-    assert (venv / "bin" / "mapper-state").is_file()
-
     mapper["mappings"] = [{"name": "remote-state", "config": {"state_id": STATE_ID}}]
     project.write(doc)
 
@@ -172,10 +186,7 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     got = subprocess.run(
         [str(venv / "bin" / "mapper-state"), "state", "get", STATE_ID],
         cwd=tmp_path,
-        env={
-            **project.env,
-            "MAPPER_STATE_STATE_BACKEND__URI": f"file://{project.root}/.meltano/state",
-        },
+        env=_plugin_env(project),
         capture_output=True,
         text=True,
         check=False,
@@ -186,12 +197,6 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
 
 def wait_until_free(venv: Path, project: Project) -> None:
     """The lease goes within moments of ``meltano run`` returning."""
-    env = {
-        **project.env,
-        "MAPPER_STATE_STATE_BACKEND__URI": f"file://{project.root}/.meltano/state",
-    }
-    status = [str(venv / "bin" / "mapper-state"), "lock", "status", STATE_ID, "--format", "json"]
     lease.wait_until_free(
-        lambda: subprocess.run(status, env=env, capture_output=True, text=True, check=False),
-        timeout=15,
+        STATE_ID, _plugin_env(project), mapper_state=venv / "bin" / "mapper-state", timeout=15
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mapper_state.stores.base import BlobStore
+from mapper_state.stores.base import BlobStore, StoreError
 from mapper_state.stores.file import FileStore
 from tests.contract.lease_contract import LeaseContract
 from tests.contract.store_contract import StoreContract
@@ -36,5 +36,5 @@ def test_files_are_private_and_no_temp_files_remain(tmp_path: Path) -> None:
 def test_keys_cannot_escape_the_root(tmp_path: Path) -> None:
     store = FileStore(tmp_path / "root")
     for key in ("../x", "a/../../x", "/etc/passwd", "a//b", ""):
-        with pytest.raises(Exception, match="invalid key"):
+        with pytest.raises(StoreError, match="invalid key"):
             store.create(key, b"x")

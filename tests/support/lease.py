@@ -4,25 +4,34 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from tests.support.processes import wait_until
+from tests.support.processes import MAPPER, wait_until
 
 
 def wait_until_free(
-    lock_status: Callable[[], subprocess.CompletedProcess[Any]], timeout: float = 10
+    state_id: str,
+    env: Mapping[str, str],
+    *,
+    mapper_state: str | Path = MAPPER,
+    timeout: float = 10,
 ) -> None:
-    """Run ``lock_status`` (a ``lock status ID --format json``) until it says the lease is free.
+    """Run ``mapper-state lock status STATE_ID --format json`` in ``env`` (which names the
+    store) until it says the lease is free; ``mapper_state``: the executable to ask.
 
     A run's lease goes within moments of the run returning (its keeper releases it).
     """
+    command = [str(mapper_state), "lock", "status", state_id, "--format", "json"]
     said: list[Any] = []
 
     def free() -> bool:
-        result = lock_status()
-        said[:] = [result.stdout]
-        return bool(json.loads(result.stdout)["free"])
+        result = subprocess.run(
+            command, env=dict(env), capture_output=True, text=True, timeout=60, check=False
+        )
+        said[:] = [result.stdout + result.stderr]
+        return result.returncode == 0 and bool(json.loads(result.stdout)["free"])
 
     try:
         wait_until(free, "the lease was released", timeout)

@@ -11,7 +11,6 @@ from mapper_state.cli.output import out
 from mapper_state.cli.params import STATE_ID
 from mapper_state.cli.render import plural
 from mapper_state.cli.store import StoreAccess, store_command
-from mapper_state.core import state
 from mapper_state.errors import BadInput, ExitCode
 from mapper_state.ops import commands as ops
 
@@ -36,7 +35,7 @@ def state_export(cx: StoreAccess, pattern: str | None, meltano: bool) -> None:
     store = cx.store
     count = 0
     if meltano:
-        doc = {i: state.meltano_document(v) for i, v in ops.export_states(store, pattern)}
+        doc = ops.export_meltano(store, pattern)
         count = len(doc)
         out(jsonio.dumps(doc) + b"\n")
     else:
@@ -85,5 +84,5 @@ def state_import(cx: StoreAccess, source: str, state_id: str | None, force: bool
     if not entries:
         log.info("nothing to import")
         return
-    ops.import_states(store, entries, cx.guard, force=force)
+    ops.import_states(store, entries, cx.terms, force=force)
     log.info(f"imported {plural(len(entries), 'state')} into {store.display_uri}")

@@ -9,7 +9,6 @@ from mapper_state.cli.output import confirm, yes_option
 from mapper_state.cli.params import STATE_ID
 from mapper_state.cli.render import plural
 from mapper_state.cli.store import StoreAccess, store_command
-from mapper_state.core import history
 from mapper_state.errors import ExitCode
 from mapper_state.ops import commands as ops
 from mapper_state.ops import streams
@@ -70,19 +69,14 @@ def state_clear(
 
 
 def _undo(cx: StoreAccess, with_history: bool) -> str:
-    if with_history or cx.guard.history_keep == 0:
+    if with_history or cx.terms.history_keep == 0:
         return "this cannot be undone"
     return "`state rollback` can restore it from the history"
 
 
 def _clear_streams(cx: StoreAccess, state_id: str, names: list[str]) -> None:
-    streams.clear_streams(cx.store, state_id, names, cx.guard)
-    kept = history.snapshot_names(cx.store, state_id)
-    how = (
-        f"; `mapper-state state rollback {state_id} --to {kept[-2]}` undoes it"
-        if len(kept) > 1
-        else ""
-    )
+    undo = streams.clear_streams(cx.store, state_id, names, cx.terms)
+    how = f"; `mapper-state state rollback {state_id} --to {undo}` undoes it" if undo else ""
     log.info(f"cleared the bookmark of {', '.join(names)} in {state_id}{how}")
 
 
@@ -90,7 +84,7 @@ def _clear_one(cx: StoreAccess, state_id: str, with_history: bool, yes: bool) ->
     undo = _undo(cx, with_history)
     if with_history:
         confirm(f"Clear {state_id} and its history in {cx.store.display_uri}? ({undo})", yes)
-    newest = ops.clear_state(cx.store, state_id, cx.guard, with_history=with_history)
+    newest = ops.clear_state(cx.store, state_id, cx.terms, with_history=with_history)
     if newest:
         undo = f"`mapper-state state rollback {state_id} --to {newest}` restores it"
     log.info(f"cleared the state of {state_id}; {undo}")
@@ -106,5 +100,5 @@ def _clear_all(cx: StoreAccess, pattern: str | None, with_history: bool, yes: bo
     shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
     what = plural(len(ids), "state") + (" and their history" if with_history else "")
     confirm(f"Clear {what} in {store.display_uri} ({shown})? ({undo})", yes)
-    ops.clear_many(store, ids, cx.guard, with_history=with_history)
+    ops.clear_many(store, ids, cx.terms, with_history=with_history)
     log.info(f"cleared {plural(len(ids), 'state')}; {undo}")

@@ -9,10 +9,8 @@ from mapper_state.cli import render
 from mapper_state.cli.output import format_option, out
 from mapper_state.cli.params import STATE_ID
 from mapper_state.cli.store import StoreAccess, store_command
-from mapper_state.core import history, state
 from mapper_state.errors import ExitCode
 from mapper_state.ops import commands as ops
-from mapper_state.ops import summary
 
 
 @click.command("history")
@@ -26,24 +24,11 @@ def state_history(cx: StoreAccess, state_id: str, output_format: str) -> None:
     Example:
       mapper-state state history dev:tap-x-to-target-y
     """
-    store = cx.store
-    snapshots = history.list_snapshots(store, state_id)
-    current = state.load(store, state_id)
-    if not snapshots and not current.exists:
-        raise ops.not_found(store, state_id)
-    rows = []
-    previous = None
-    for snap in snapshots:
-        rows.append((snap, summary.summarize_change(previous, snap.value)))
-        previous = snap.value
-    rows.reverse()
-    current_name = next(
-        (s.name for s, _ in rows if current.exists and s.value == current.value), None
-    )
+    view = ops.history_view(cx.store, state_id)
     if output_format == "json":
-        out(jsonio.dumps(render.history_doc(rows, current_name)) + b"\n")
+        out(jsonio.dumps(render.history_doc(view.rows, view.current)) + b"\n")
         return
-    out(render.history_table(state_id, rows, current_name, current.exists))
+    out(render.history_table(state_id, view.rows, view.current, view.exists))
 
 
 @click.command("rollback")
@@ -61,7 +46,7 @@ def state_rollback(cx: StoreAccess, state_id: str, ref: str) -> None:
     Example:
       mapper-state state rollback dev:tap-x-to-target-y --to 2024-06-01T10
     """
-    snap, changed = ops.rollback(cx.store, state_id, ref, cx.guard)
+    snap, changed = ops.rollback(cx.store, state_id, ref, cx.terms)
     if changed:
         log.info(f"rolled {state_id} back to snapshot {snap.name} (run {snap.run_id})")
     else:

@@ -7,7 +7,7 @@ import click
 from mapper_state.cli.output import out
 from mapper_state.cli.render import plural
 from mapper_state.cli.store import StoreAccess, store_command
-from mapper_state.core import history
+from mapper_state.ops import commands as ops
 
 
 @click.command("migrate")
@@ -22,5 +22,5 @@ def state_migrate(cx: StoreAccess) -> None:
       mapper-state state migrate
       mapper-state state migrate --state-backend-uri s3://bucket/prefix
     """
-    moved = history.migrate_legacy(cx.store)
-    out(f"moved {plural(moved, 'snapshot')} to {history.HISTORY_ROOT}\n")
+    moved = ops.migrate_history(cx.store)
+    out(f"moved {plural(moved, 'snapshot')} to {ops.HISTORY_ROOT}\n")

@@ -40,7 +40,7 @@ def state_copy(cx: StoreAccess, src: str, dst: str, force: bool) -> None:
     Example:
       mapper-state state copy prod:tap-x-to-target-y dev:tap-x-to-target-y --force
     """
-    ops.copy_state(cx.store, src, dst, cx.guard, force=force)
+    ops.copy_state(cx.store, src, dst, cx.terms, force=force)
     log.info(f"copied the state of {src} to {dst}")
 
 
@@ -55,5 +55,5 @@ def state_move(cx: StoreAccess, src: str, dst: str, force: bool) -> None:
     Example:
       mapper-state state move dev:tap-x-to-target-y dev:tap-x-to-target-z
     """
-    ops.move_state(cx.store, src, dst, cx.guard, force=force)
+    ops.move_state(cx.store, src, dst, cx.terms, force=force)
     log.info(f"moved the state of {src} to {dst}")

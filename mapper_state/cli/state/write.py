@@ -49,11 +49,11 @@ def state_set(
         if meltano:
             raise click.UsageError("--stream and --meltano do not go together")
         bookmark = _parse_bookmark(state_json)
-        streams.set_stream(cx.store, state_id, stream, bookmark, cx.guard)
+        streams.set_stream(cx.store, state_id, stream, bookmark, cx.terms)
         log.info(f"set the bookmark of stream {stream} in {state_id}")
         return
     value = parse_input(state_json, meltano)
-    ops.set_state(cx.store, state_id, value, cx.guard)
+    ops.set_state(cx.store, state_id, value, cx.terms)
     log.info(f"set the state of {state_id}")
 
 
@@ -70,5 +70,5 @@ def state_merge(cx: StoreAccess, state_id: str, state_json: str | None, meltano:
       mapper-state state merge dev:tap-x-to-target-y '{"bookmarks": {"users": {"id": 7}}}'
     """
     value = parse_input(state_json, meltano)
-    ops.merge_state(cx.store, state_id, value, cx.guard)
+    ops.merge_state(cx.store, state_id, value, cx.terms)
     log.info(f"merged into the state of {state_id}")
