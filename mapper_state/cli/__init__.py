@@ -1,7 +1,7 @@
 """The command line: parsing, exit codes and wiring; the logic lives in the other modules.
 
 ``mapper-state`` alone is the filter (shell pipelines, Meltano mapper);
-``run``, ``state``, ``lock`` and ``doctor`` are subcommands, one module each
+``run``, ``exec``, ``state``, ``lock`` and ``doctor`` are subcommands, one module each
 (``state``'s a package of one module per command). How a command is declared:
 :mod:`mapper_state.cli.store`; the flags come from the settings' declarations
 (:mod:`mapper_state.cli.common`).
@@ -162,10 +162,11 @@ def main(
 
 def register_commands() -> None:
     """Attach the subcommands (their modules import nothing heavy at import time)."""
-    from mapper_state.cli import doctor, lock, run
+    from mapper_state.cli import doctor, exec, lock, run
     from mapper_state.cli.state import state_group
 
-    for command in (state_group, *lock.COMMANDS, *run.COMMANDS, *doctor.COMMANDS):
+    commands = (state_group, *lock.COMMANDS, *run.COMMANDS, *exec.COMMANDS, *doctor.COMMANDS)
+    for command in commands:
         main.add_command(command)
 
 
