@@ -41,13 +41,16 @@ GRACE_SECONDS = 10.0
 NOT_EXECUTABLE, NOT_FOUND = 126, 127
 USAGE = "mapper-state exec --state-id ID [OPTIONS] -- COMMAND [ARGS]..."
 _PR_SET_PDEATHSIG = 1
+# Looked up before any fork: the heartbeat thread runs while the command is started, and
+# the child must not load anything between fork and exec.
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
 
 
 def _die_with_parent() -> None:
     """In the child: get SIGTERM if the wrapper dies, even by SIGKILL (Linux), so that no
     command runs on without the lease being renewed."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def status_of(returncode: int) -> int:
