@@ -249,29 +249,38 @@ def test_a_command_that_ignores_sigterm_is_killed_before_the_lease_expires(
 # -- nested mapper-states write under the exec's lease ------------------------------------------
 
 
-def test_nested_filter_and_state_set_write_under_the_lease_outside_refused(
+def test_nested_state_set_filter_and_run_write_under_the_lease_outside_refused(
     store_cli: StoreCli,
 ) -> None:
     log, gate = store_cli.cwd / "log", store_cli.cwd / "go"
+    (store_cli.cwd / "tap.sh").write_bytes(
+        b"echo " + shlex.quote(state_line({"n": 3}).decode()).encode()
+    )
     mapper = shlex.quote(MAPPER)
     inside = (
         f"{mapper} state set {ID} '{{\"n\": 1}}' && echo set >> {log} && "
-        f'printf \'%s\\n\' \'{{"type":"STATE","value":{{"n":2}}}}\' '
-        f"| {mapper} --state-id {ID} > /dev/null && echo filter >> {log}; "
+        f"printf '%s' {shlex.quote(state_line({'n': 2}).decode())} "
+        f"| {mapper} --state-id {ID} > /dev/null && echo filter >> {log} && "
+        f"{mapper} run --state-id {ID} --tap 'sh tap.sh' --target cat > /dev/null "
+        f"&& echo run >> {log}; "
     )
     proc = spawn_exec(store_cli, "--state-id", ID, "--", *gated(log, "x", gate, before=inside))
-    wait_until(lambda: "filter" in lines(log), "the nested writes never finished", 60)
+    wait_until(
+        lambda: "end x" in lines(log) or "run" in lines(log), "the nested writes never ended", 60
+    )
+    assert lines(log) == ["start x", "set", "filter", "run"]
     holder = holder_of(store_cli)
-    assert store_cli.get(ID) == {"n": 2}
-    outside = store_cli("state", "set", ID, '{"n": 3}')
+    assert store_cli.get(ID) == {"n": 3}
+    outside = store_cli("state", "set", ID, '{"n": 4}')
     assert outside.returncode == 3, outside.stderr
     assert holder.run_id in outside.stderr.decode()
-    assert store_cli("--state-id", ID, input=state_line({"n": 4})).returncode == 3
+    assert store_cli("--state-id", ID, input=state_line({"n": 5})).returncode == 3
     gate.touch()
     assert proc.wait(60) == 0, proc.communicate()[1]
-    assert lines(log) == ["start x", "set", "filter", "end x"]
-    assert store_cli.get(ID) == {"n": 2}
+    assert lines(log) == ["start x", "set", "filter", "run", "end x"]
+    assert store_cli.get(ID) == {"n": 3}
     history = json.loads(store_cli("state", "history", ID, "--format", "json").stdout)
+    assert [s["singer_state"] for s in reversed(history)] == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert {s["run_id"] for s in history} == {holder.run_id}
 
 
