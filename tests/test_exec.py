@@ -262,13 +262,11 @@ def test_nested_state_set_filter_and_run_write_under_the_lease_outside_refused(
         f"printf '%s' {shlex.quote(state_line({'n': 2}).decode())} "
         f"| {mapper} --state-id {ID} > /dev/null && echo filter >> {log} && "
         f"{mapper} run --state-id {ID} --tap 'sh tap.sh' --target cat > /dev/null "
-        f"&& echo run >> {log}; "
+        f"&& echo run >> {log}; echo done >> {log}; "
     )
     proc = spawn_exec(store_cli, "--state-id", ID, "--", *gated(log, "x", gate, before=inside))
-    wait_until(
-        lambda: "end x" in lines(log) or "run" in lines(log), "the nested writes never ended", 60
-    )
-    assert lines(log) == ["start x", "set", "filter", "run"]
+    wait_until(lambda: "done" in lines(log), "the nested commands never ended", 60)
+    assert lines(log) == ["start x", "set", "filter", "run", "done"]
     holder = holder_of(store_cli)
     assert store_cli.get(ID) == {"n": 3}
     outside = store_cli("state", "set", ID, '{"n": 4}')
@@ -277,7 +275,7 @@ def test_nested_state_set_filter_and_run_write_under_the_lease_outside_refused(
     assert store_cli("--state-id", ID, input=state_line({"n": 5})).returncode == 3
     gate.touch()
     assert proc.wait(60) == 0, proc.communicate()[1]
-    assert lines(log) == ["start x", "set", "filter", "run", "end x"]
+    assert lines(log) == ["start x", "set", "filter", "run", "done", "end x"]
     assert store_cli.get(ID) == {"n": 3}
     history = json.loads(store_cli("state", "history", ID, "--format", "json").stdout)
     assert [s["singer_state"] for s in reversed(history)] == [{"n": 1}, {"n": 2}, {"n": 3}]
