@@ -22,6 +22,8 @@ from mapper_state.core.lease import LeaseRecord, read_lease
 from mapper_state.stores import open_configured_store
 from tests.conftest import ON_BOTH
 from tests.helpers import MAPPER, StoreCli, clean_env, spawn_cli, state_line, wait_until
+from tests.proxy import FaultProxy
+from tests.servers import StoreLocation
 
 ID = "prod:elt"
 
@@ -300,3 +302,32 @@ def test_an_exec_inside_an_exec_on_the_same_id_runs_under_its_lease(store_cli: S
     inner = f"{shlex.quote(MAPPER)} exec --state-id {ID} -- sh -c 'exit 6'"
     result = run_exec(store_cli, "--state-id", ID, "--", "sh", "-c", inner)
     assert result.returncode == 6, result.stderr
+
+
+@pytest.mark.cloud
+def test_a_store_that_stops_answering_stops_the_command_before_the_lease_expires(
+    s3_location: StoreLocation, tmp_path: Path
+) -> None:
+    """Every write under the state ID is black-holed (the wrapper's renewals hang): the
+    heartbeat gives the lease up before its expiry and the command is stopped in time."""
+    direct = StoreCli.cloud(s3_location, tmp_path)
+    with FaultProxy(s3_location.emulator.endpoint) as proxy:
+        env = {**s3_location.env, "MAPPER_STATE_STATE_BACKEND__S3__ENDPOINT_URL": proxy.url}
+        faulty = StoreCli("moto through a fault proxy", env, tmp_path)
+        log, ended = tmp_path / "log", tmp_path / "ended"
+        trap = f"trap 'date +%s.%N > {ended}; exit 0' TERM; "
+        script = f"{trap}echo ready >> {log}; while :; do sleep 0.05; done"
+        proc = spawn_exec(
+            faulty, "--state-id", ID, "--lock-timeout-seconds", "6", "--", "sh", "-c", script
+        )
+        wait_until(lambda: lines(log) == ["ready"], "the command never started", 30)
+        proxy.set_faults(
+            blackhole=1.0, blackhole_seconds=120, match="mapper-state.lease.json", methods=["PUT"]
+        )
+        last = holder_of(direct)  # the last renewal that got through
+        assert proc.wait(60) == 4
+        err = proc.communicate()[1].decode()
+    assert "could not renew it before it expired" in err, err
+    end = float(ended.read_text())
+    assert end < last.expires_at
+    print(f"exec, renewals black-holed: command ended {last.expires_at - end:.2f} s before expiry")
