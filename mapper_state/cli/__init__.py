@@ -114,8 +114,9 @@ def main(
     """Keep a Singer pipeline's state in a remote store, one run at a time.
 
     Bare, it is the filter: tap | mapper-state --state-id ID | target.
-    The subcommands run a whole pipeline (run), read and change states (state),
-    inspect or break a lease (lock) and check a store (doctor); the flags given
+    The subcommands run a whole pipeline (run) or any command under the lease
+    (exec), read and change states (state), inspect or break a lease (lock) and
+    check a store (doctor); the flags given
     before a subcommand's name apply to it too. The exit codes below are the filter's.
 
     \b
@@ -123,6 +124,7 @@ def main(
       tap-x --state state.json | mapper-state --state-id dev:x | target-y
       tap-x --state <(mapper-state state get dev:x) | mapper-state --state-id dev:x | target-y
       mapper-state run --state-id dev:x --tap tap-x --target target-y
+      mapper-state exec --state-id dev:x -- meltano run tap-x target-y dbt:run
       mapper-state state list --long
       mapper-state doctor --state-backend-uri s3://bucket/states
 
