@@ -189,6 +189,26 @@ def test_signals_reach_the_commands_trap_and_the_wrapper_waits(
     assert not is_held(store_cli)
 
 
+def test_a_signal_while_waiting_for_the_lease_stops_the_exec_before_its_command(
+    store_cli: StoreCli,
+) -> None:
+    log, gate = store_cli.cwd / "log", store_cli.cwd / "go"
+    first = spawn_exec(store_cli, "--state-id", ID, "--", *gated(log, "a", gate))
+    holder_of(store_cli)
+    wait = ("--lock-wait-seconds", "60", "--lock-retry-seconds", "0.1")
+    err = store_cli.cwd / "second.err"
+    with open(err, "wb") as out:
+        second = spawn_exec(
+            store_cli, "--state-id", ID, *wait, "--", *gated(log, "b", gate), stderr=out
+        )
+    wait_until(lambda: "busy" in err.read_text(), "the second never waited", 30)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 128 + signal.SIGTERM
+    gate.touch()
+    assert first.wait(60) == 0
+    assert lines(log) == ["start a", "end a"]  # b never started
+
+
 def test_a_killed_wrapper_takes_its_command_down(store_cli: StoreCli) -> None:
     log = store_cli.cwd / "log"
     script = f"trap 'echo stopped >> {log}; exit 1' TERM; echo ready >> {log}; while :; do sleep 0.05; done"
