@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mapper_state.core import commit, history, state
+from mapper_state.core import commit, history, inherited, state
 from mapper_state.core.lease import Lease, read_lease
 from mapper_state.core.state import StateSnapshot
 from mapper_state.errors import BadInput, LeaseBusy, MapperStateError, StateNotFound
@@ -68,7 +68,7 @@ class WriteTerms:
         return self.wait
 
     def lease(self, store: BlobStore, state_id: str) -> Lease:
-        return Lease.for_settings(store, state_id, self)
+        return inherited.lease_for(store, state_id, self)  # an enclosing exec's, or ours
 
 
 def _options(terms: WriteTerms, note: str = "", *, keep_prior: bool = True) -> commit.Options:
