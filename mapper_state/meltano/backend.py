@@ -221,10 +221,11 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             self._seen[state_id] = snapshot
         if not snapshot.exists:
             return None
-        return MeltanoState(
+        doc = snapshot.document or {}
+        return MeltanoState(  # as Meltano's own backends read a document (MeltanoState.from_json)
             state_id=state_id,
-            completed_state={"singer_state": snapshot.value},
-            partial_state={},
+            completed_state=doc.get("completed", {}),
+            partial_state=doc.get("partial", {}),
         )
 
     def get_state_ids(self, pattern: str | None = None) -> Iterable[str]:
@@ -304,13 +305,91 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
     def set(self, meltano_state: MeltanoState) -> None:
         state_id = meltano_state.state_id
         with self._held(state_id) as lease, _errors_as_meltano():
-            self._write(lease, state_id, _singer_state(meltano_state))
+            self._write(lease, state_id, document_of(meltano_state), explicit=operator_write())
 
-    def _write(self, lease: Lease | RunLease, state_id: str, value: Any) -> None:
+    def set_all(self, states: Iterable[MeltanoState]) -> int:
+        """``meltano state import``: every state ID and lease checked before the first write;
+        a write refused after that says which states were written and which were not."""
+        pending = list(states)
+        with _errors_as_meltano():
+            for each in pending:
+                state.validate_state_id(each.state_id)
+            for each in pending:
+                self._check_free(each.state_id)
+        written: list[str] = []
+        try:
+            for each in pending:
+                self.set(each)
+                written.append(each.state_id)
+        except BaseException:
+            left = [s.state_id for s in pending[len(written) :]]
+            log.error(
+                f"wrote {len(written)} of {len(pending)} states"
+                + (f" ({', '.join(written)})" if written else "")
+                + f"; not written: {', '.join(left)}"
+            )
+            raise
+        return len(written)
+
+    def _check_free(self, state_id: str) -> None:
+        """Refuse at once a state ID whose lease another run holds (nothing written yet)."""
+        if state_id in self._leases:
+            return
+        holder, _ = read_lease(self.store, state_id)
+        if holder is not None and holder.held and not is_this_run(holder):
+            raise LeaseBusy(
+                f"state ID {state_id} is busy: {holder.describe()}; no state was written"
+            )
+
+    def _write(
+        self, lease: Lease | RunLease, state_id: str, document: dict[str, Any], *, explicit: bool
+    ) -> None:
+        """Write Meltano's ``document`` under ``lease``. An ``explicit`` write (a ``meltano
+        state`` command) is written as given; a run's passes the empty-state guard first."""
         prior = self._seen.get(state_id) or state.load(self.store, state_id)
         keep = int(self.settings["history_keep"])
         if prior.exists and prior.writer.run_id is None:  # written by Meltano: keep it undoable
             history.record_if_missing(self.store, state_id, prior.value, keep=keep)
+        try:
+            value = singer_state(document)
+        except ValueError as exc:
+            raise BadInput(
+                f"the state given for {state_id} is not a Meltano state: {exc}"
+            ) from None
+        if not explicit:
+            value, document = self._guarded(prior, state_id, value, document)
+        lease.confirm()  # fencing: the lease is still ours...
+        new_version = state.save(  # ...and the state is still the one read under it
+            self.store,
+            state_id,
+            value,
+            prior.version,
+            serial=prior.next_serial,
+            run_id=lease.run_id,
+            document=document,
+        )
+        self._seen[state_id] = state.StateSnapshot(
+            state_id,
+            value,
+            new_version,
+            state.Writer(prior.next_serial, lease.run_id),
+            state.halves(document),
+        )
+        history.record(
+            self.store,
+            state_id,
+            value,
+            run_id=lease.run_id,
+            keep=keep,
+            note=NOTE,
+            command=lease.command,
+        )
+
+    def _guarded(
+        self, prior: state.StateSnapshot, state_id: str, value: Any, document: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """A run's write through the guard: refused over bookmarks when empty, dropped
+        streams kept (in the ``completed`` half, the ``partial`` one left as written)."""
         verdict = bookmarks.guard(
             prior.value,
             value,
@@ -324,27 +403,13 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             )
         if verdict.warning:
             log.warning(verdict.warning)
-        lease.confirm()  # fencing: the lease is still ours...
-        new_version = state.save(  # ...and the state is still the one read under it
-            self.store,
-            state_id,
-            verdict.value,
-            prior.version,
-            serial=prior.next_serial,
-            run_id=lease.run_id,
-        )
-        self._seen[state_id] = state.StateSnapshot(
-            state_id, verdict.value, new_version, state.Writer(prior.next_serial, lease.run_id)
-        )
-        history.record(
-            self.store,
-            state_id,
-            verdict.value,
-            run_id=lease.run_id,
-            keep=keep,
-            note=NOTE,
-            command=lease.command,
-        )
+        if verdict.value is value:
+            return value, document
+        completed = document.get("completed") or {}
+        return verdict.value, {
+            **document,
+            "completed": {**completed, "singer_state": verdict.value},
+        }
 
     def delete(self, state_id: str) -> None:
         with self._held(state_id) as lease, _errors_as_meltano():
@@ -373,10 +438,24 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         self.store.close()
 
 
-def _singer_state(meltano_state: MeltanoState) -> Any:
-    """The Singer state a Meltano state holds: its partial state merged over the completed one."""
-    doc = {
-        "completed": meltano_state.completed_state or {},
-        "partial": meltano_state.partial_state or {},
-    }
-    return singer_state(doc)
+def document_of(meltano_state: MeltanoState) -> dict[str, Any]:
+    """Meltano's document for a state, its two halves as Meltano gives them."""
+    return {"completed": meltano_state.completed_state, "partial": meltano_state.partial_state}
+
+
+#: The ``meltano`` commands whose state writes are an operator's explicit word.
+OPERATOR_GROUP = "state"
+
+
+def operator_write() -> bool:
+    """Is this write a ``meltano state ...`` command's (``set``, ``edit``, ``merge``, ``copy``,
+    ``move``, ``import``)? Those write what the operator said, as Meltano's own backends do
+    (the prior state stays in the history); any other write (``meltano run``, ``el``,
+    ``elt``, a library call) is a run's, and passes the empty-state guard.
+    """
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    return ctx.command_path.split()[1:2] == [OPERATOR_GROUP]
