@@ -235,12 +235,16 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         with _errors_as_meltano():
             keys = [e.key for e in listing(self.store, prefix, exclude=history.HISTORY_ROOT)]
         found = (key.removesuffix(suffix) for key in keys if key.endswith(suffix))
-        return sorted(
+        ids = sorted(
             i
             for i in found
             if not i.startswith(state.RESERVED_PREFIX)
             and (not pattern or fnmatch.fnmatchcase(i, pattern))
         )
+        if not ids and meltano_command() == ["state", "list"]:  # say which store was listed
+            matching = f" matching {pattern}" if pattern else ""
+            log.warning(f"no states{matching} in mapper-state {self.store.display_uri}")
+        return ids
 
     # -- the lease -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -426,8 +430,10 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         """Move what older mapper-state versions left (``<id>/history/``) to today's layout."""
         with _errors_as_meltano():
             moved = history.migrate_legacy(self.store)
-        if moved:
-            log.info(f"moved {moved} history snapshots to {history.HISTORY_ROOT}")
+        snapshots = "1 history snapshot" if moved == 1 else f"{moved} history snapshots"
+        log.info(
+            f"mapper-state {self.store.display_uri}: moved {snapshots} to {history.HISTORY_ROOT}"
+        )
 
     def close(self) -> None:
         for lease in list(self._leases.values()):
@@ -453,9 +459,13 @@ def operator_write() -> bool:
     (the prior state stays in the history); any other write (``meltano run``, ``el``,
     ``elt``, a library call) is a run's, and passes the empty-state guard.
     """
+    return meltano_command()[:1] == [OPERATOR_GROUP]
+
+
+def meltano_command() -> list[str]:
+    """The ``meltano`` subcommand running (``["state", "set"]``), from click's context; ``[]``
+    outside a command."""
     import click
 
     ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return False
-    return ctx.command_path.split()[1:2] == [OPERATOR_GROUP]
+    return [] if ctx is None else ctx.command_path.split()[1:]

@@ -23,4 +23,4 @@ def state_migrate(cx: StoreAccess) -> None:
       mapper-state state migrate --state-backend-uri s3://bucket/prefix
     """
     moved = history.migrate_legacy(cx.store)
-    out(f"moved {plural(moved, 'snapshot')} to {history.HISTORY_ROOT}\n")
+    out(f"{cx.store.display_uri}: moved {plural(moved, 'snapshot')} to {history.HISTORY_ROOT}\n")
