@@ -25,6 +25,7 @@ import fnmatch
 import os
 import re
 import socket
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -129,8 +130,34 @@ class Refused(SystemExit):
     """
 
     def __init__(self, error: MapperStateError, hint: str = "") -> None:
-        log.error(error.message + (f" ({hint})" if hint else ""))
+        log.error(in_addon_words(error.message) + (f" ({hint})" if hint else ""))
         super().__init__(error.exit_code)
+
+
+_EXTRA_HINT = re.compile(r"\(pip install 'mapper-state\[(?P<extra>[a-z0-9_-]+)\]'\)")
+
+
+def in_addon_words(message: str, prefix: str = sys.prefix) -> str:
+    """A store's message as a Meltano user can act on it: its settings by the names Meltano
+    gives them (``state_backend.mapper-state+s3.region``, not ``state_backend.s3.region``),
+    and a missing library installed into the environment Meltano runs from."""
+    for store in backend_schemes.offered_stores():
+        message = re.sub(
+            rf"\bstate_backend\.{re.escape(store.section)}\.",
+            f"state_backend.{backend_schemes.scheme_of(store)}.",
+            message,
+        )
+    return _EXTRA_HINT.sub(lambda m: f"({install_hint(m['extra'], prefix)})", message)
+
+
+def install_hint(extra: str, prefix: str = sys.prefix) -> str:
+    """How to add ``mapper-state[extra]`` to the environment Meltano runs from."""
+    wanted = f"'mapper-state[{extra}]'"
+    if f"{os.sep}uv{os.sep}tools{os.sep}" in prefix + os.sep:  # `uv tool install meltano`
+        return f"uv tool install --reinstall meltano --with {wanted}"
+    if f"{os.sep}pipx{os.sep}venvs{os.sep}" in prefix + os.sep:
+        return f"pipx inject meltano {wanted}"
+    return f"{Path(prefix, 'bin', 'python')} -m pip install {wanted}"
 
 
 _BUSY_HINT = (

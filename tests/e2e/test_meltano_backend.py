@@ -627,3 +627,41 @@ def test_list_and_upgrade_say_which_store_they_read(
     assert upgraded.returncode == 0, upgraded.stderr
     said = f"mapper-state {file_backend.uri}: moved 1 history snapshot to {history.HISTORY_ROOT}"
     assert said in upgraded.stdout + upgraded.stderr
+
+
+@pytest.mark.cloud
+@pytest.mark.parametrize("backend", ["s3_backend"], indirect=True)
+def test_errors_name_the_addons_settings(
+    tmp_path: Path, meltano_addon: Path, backend: Backend
+) -> None:
+    project = project_for(tmp_path / "p", meltano_addon, backend)
+    bad = project.state("list", MELTANO_STATE_BACKEND_MAPPER_STATE_S3_SERVER_SIDE_ENCRYPTION="x")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "setting state_backend.mapper-state+s3.server_side_encryption must be" in bad.stderr
+    assert "state_backend.s3." not in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_a_missing_library_is_installed_where_meltano_runs() -> None:
+    """The hint fits how Meltano was installed: `uv tool`, pipx, or a virtualenv's pip."""
+    code = (
+        "from mapper_state.meltano.backend import in_addon_words as w\n"
+        "m = \"library is missing: boto3 (pip install 'mapper-state[s3]')\"\n"
+        "print(w(m, '/home/u/.local/share/uv/tools/meltano'))\n"
+        "print(w(m, '/home/u/.local/pipx/venvs/meltano'))\n"
+        "print(w(m, '/opt/meltano-venv'))\n"
+        "print(w('set state_backend.s3.region (or AWS_REGION)'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.append({str(MELTANO_SITE)!r})\n" + code],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "library is missing: boto3 (uv tool install --reinstall meltano --with 'mapper-state[s3]')",
+        "library is missing: boto3 (pipx inject meltano 'mapper-state[s3]')",
+        "library is missing: boto3 (/opt/meltano-venv/bin/python -m pip install 'mapper-state[s3]')",
+        "set state_backend.mapper-state+s3.region (or AWS_REGION)",
+    ]
