@@ -153,7 +153,8 @@ def in_addon_words(message: str, prefix: str = sys.prefix) -> str:
 def install_hint(extra: str, prefix: str = sys.prefix) -> str:
     """How to add ``mapper-state[extra]`` to the environment Meltano runs from."""
     wanted = f"'mapper-state[{extra}]'"
-    if f"{os.sep}uv{os.sep}tools{os.sep}" in prefix + os.sep:  # `uv tool install meltano`
+    uv_tool = Path(prefix, "uv-receipt.toml").exists()  # what `uv tool install` leaves
+    if uv_tool or f"{os.sep}uv{os.sep}tools{os.sep}" in prefix + os.sep:
         return f"uv tool install --reinstall meltano --with {wanted}"
     if f"{os.sep}pipx{os.sep}venvs{os.sep}" in prefix + os.sep:
         return f"pipx inject meltano {wanted}"
