@@ -3,10 +3,14 @@ function): snapshots older versions kept in ``<ID>/history/`` move to today's pl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 
 from mapper_state.core import history
+from mapper_state.stores import open_store
 from mapper_state.stores.memory import MemoryStore
+from tests.support.cli import invoke
 
 
 def test_old_snapshots_move_once_and_stay_readable() -> None:
@@ -27,3 +31,15 @@ def test_old_snapshots_move_once_and_stay_readable() -> None:
         {"bookmarks": {"nested/b": 1}}
     ]
     assert history.migrate_legacy(store) == 0
+
+
+def test_state_migrate_says_what_it_did_and_where(tmp_path: Path) -> None:
+    uri = f"file://{tmp_path}/store"
+    store = open_store(uri)
+    doc = {"run_id": "old", "singer_state": {"bookmarks": {"s": 1}}}
+    store.create("a/history/20200101T000000.000000Z-old.json", orjson.dumps(doc))
+    first = invoke("state", "migrate", "--state-backend-uri", uri)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.decode() == f"{uri}: moved 1 snapshot to {history.HISTORY_ROOT}\n"
+    again = invoke("state", "migrate", "--state-backend-uri", uri)
+    assert again.stdout.decode() == f"{uri}: moved 0 snapshots to {history.HISTORY_ROOT}\n"

@@ -389,6 +389,28 @@ def test_every_config_shape_meltano_writes_is_read(project: Path, shape: dict[st
 # -- the lease outlives the mapper until Meltano exits -----------------------------------
 
 
+def test_meltanos_default_lock_timeout_is_raised_to_the_floor(project: Path) -> None:
+    """Meltano exports its ``lock_timeout_seconds`` (10 s by default) to the mapper: the
+    mapper's lease gets the same 30 s floor as the add-on's; a longer one is kept."""
+    from mapper_state.meltano.backend_schemes import MINIMUM_TTL_SECONDS
+
+    store = project / ".meltano" / "state"
+    for exported, expected in (("10", MINIMUM_TTL_SECONDS), ("46", 46)):
+        exports = {**MELTANO_ALSO_EXPORTS, "MELTANO_STATE_BACKEND_LOCK_TIMEOUT_SECONDS": exported}
+        env = mapping_env(project, f"file://{store}", **exports)
+        hold = project / "hold"
+        hold.touch()
+        run = MappingRun(project, {"state_id": "ttl"}, env, stream=STREAM, hold=hold)
+        try:
+            assert run.mapper_exit_code() == 0
+            lease = json.loads((store / "ttl" / LEASE).read_bytes())
+            assert lease["ttl_seconds"] == expected
+        finally:
+            hold.unlink()
+            run.wait()
+        wait_until(lambda: not (store / "ttl" / LEASE).exists(), "the lease released")
+
+
 def test_the_lease_is_kept_until_meltano_has_exited(project: Path) -> None:
     store = project / ".meltano" / "state"
     env = meltano_env(project, f"file://{store}")

@@ -151,10 +151,20 @@ def record_written(
 
 
 def commit(
-    store: BlobStore, lease: HeldLease, prior: StateSnapshot, value: Any, options: Options
+    store: BlobStore,
+    lease: HeldLease,
+    prior: StateSnapshot,
+    value: Any,
+    options: Options,
+    *,
+    document: dict[str, Any] | None = None,
 ) -> Outcome:
     """Replace ``prior`` (the state as read under ``lease``) by ``value``: guard, keep the
     prior state, confirm the lease, compare-and-swap, record (in that order, see the module).
+
+    ``document``: Meltano's two halves to store as given (the add-on's writes), whose
+    effective Singer state is ``value``; when the guard changes ``value`` (streams kept),
+    the ``completed`` half carries the guarded state and ``partial`` stays as written.
 
     Raises :class:`LeaseLost` when the lease or the state moved on, a ``StoreError`` when
     the store failed (or the prior state could not be kept); nothing is written then.
@@ -166,17 +176,30 @@ def commit(
         return Outcome(verdict, prior)
     if options.keep_prior and prior.exists:
         snapshot_prior(store, prior, lease, options.history_keep)
+    if document is not None and verdict.value is not value:
+        completed = document.get("completed") or {}
+        document = {**document, "completed": {**completed, "singer_state": verdict.value}}
     lease.confirm()
-    written = _swap(store, prior, verdict.value, lease.run_id)
+    written = _swap(store, prior, verdict.value, lease.run_id, document)
     if options.record:
         record_written(store, prior.state_id, verdict.value, lease, options)
     return Outcome(verdict, written, wrote=True)
 
 
-def _swap(store: BlobStore, prior: StateSnapshot, value: Any, run_id: str) -> StateSnapshot:
+def _swap(
+    store: BlobStore,
+    prior: StateSnapshot,
+    value: Any,
+    run_id: str,
+    document: dict[str, Any] | None = None,
+) -> StateSnapshot:
     serial = prior.next_serial
-    version = state.save(store, prior.state_id, value, prior.version, serial=serial, run_id=run_id)
-    return StateSnapshot(prior.state_id, value, version, Writer(serial, run_id, time.time()))
+    version = state.save(
+        store, prior.state_id, value, prior.version, serial=serial, run_id=run_id, document=document
+    )
+    halves = state.meltano_document(value) if document is None else state.halves(document)
+    writer = Writer(serial, run_id, time.time())
+    return StateSnapshot(prior.state_id, value, version, writer, halves)
 
 
 def fence(store: BlobStore, prior: StateSnapshot, run_id: str) -> StateSnapshot:

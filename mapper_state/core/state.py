@@ -2,7 +2,13 @@
 
 A state ID's state lives at ``<state_id>/state.json`` as
 ``{"completed": {"singer_state": <value>}, "partial": {}}``, exactly what Meltano's
-own backends write, so either tool reads what the other wrote.
+own backends write, so either tool reads what the other wrote. The two halves are
+Meltano's: a state written by Meltano as partial stays in ``partial``, keys other than
+``singer_state`` (``meltano state set --no-validate``) stay where they were written, and
+an empty state stays ``{"completed": {}, "partial": {}}``
+(:attr:`StateSnapshot.document`). mapper-state's own readers see the effective Singer
+state, ``partial`` merged over ``completed`` (:func:`singer_state`), and its own
+writers write the whole state as ``completed``.
 
 Beside Meltano's two keys every write of ours adds ``"mapper_state": {"serial": N,
 "run_id": ..., "written_at": ...}`` (Meltano ignores it when it reads). It makes the
@@ -92,6 +98,9 @@ class StateSnapshot:
     value: Any
     version: str | None
     writer: Writer = Writer()
+    #: Meltano's two halves as stored, ``{"completed": ..., "partial": ...}`` (``None``
+    #: when there is no state); the writer's record is not part of it.
+    document: dict[str, Any] | None = None
 
     @property
     def exists(self) -> bool:
@@ -124,9 +133,20 @@ def singer_state(doc: Any) -> Any:
     return value
 
 
-def encode_document(value: Any, *, serial: int = 1, run_id: str = "") -> bytes:
-    """The bytes of Meltano's document for a Singer state value, with who wrote it."""
-    doc = meltano_document(value)
+def halves(doc: dict[str, Any]) -> dict[str, Any]:
+    """Meltano's part of a stored document: every key but the writer's record."""
+    return {k: v for k, v in doc.items() if k != WRITER_KEY}
+
+
+def encode_document(
+    value: Any, *, serial: int = 1, run_id: str = "", document: dict[str, Any] | None = None
+) -> bytes:
+    """The bytes of Meltano's document for a Singer state value, with who wrote it.
+
+    ``document``, when given, is Meltano's halves to write as they are (the add-on's
+    writes); ``value`` is then their effective Singer state.
+    """
+    doc = meltano_document(value) if document is None else halves(document)
     doc[WRITER_KEY] = {"serial": serial, "run_id": run_id, "written_at": round(time.time(), 6)}
     return jsonio.dumps(doc)
 
@@ -148,7 +168,7 @@ def load(store: BlobStore, state_id: str) -> StateSnapshot:
         value = singer_state(doc)
     except ValueError:
         raise StoreError(f"{where} does not hold a state document") from None
-    return StateSnapshot(state_id, value, blob.version, Writer.of(doc))
+    return StateSnapshot(state_id, value, blob.version, Writer.of(doc), halves(doc))
 
 
 def save(
@@ -159,14 +179,16 @@ def save(
     *,
     serial: int = 1,
     run_id: str = "",
+    document: dict[str, Any] | None = None,
 ) -> str:
     """Write ``value`` only if the state is still at ``if_version`` (absent when ``None``).
 
     ``serial`` (the previous write's plus one) and ``run_id`` make the bytes unique.
+    ``document``: Meltano's halves to store as they are (see :func:`encode_document`).
     A refusal means someone wrote the state behind the holder's back: fencing
     turns it into :class:`LeaseLost` and nothing is overwritten.
     """
-    data = encode_document(value, serial=serial, run_id=run_id)
+    data = encode_document(value, serial=serial, run_id=run_id, document=document)
     key = state_key(state_id)
     try:
         if if_version is None:

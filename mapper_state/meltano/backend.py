@@ -25,6 +25,7 @@ import fnmatch
 import os
 import re
 import socket
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -129,8 +130,35 @@ class Refused(SystemExit):
     """
 
     def __init__(self, error: MapperStateError, hint: str = "") -> None:
-        log.error(error.message + (f" ({hint})" if hint else ""))
+        log.error(in_addon_words(error.message) + (f" ({hint})" if hint else ""))
         super().__init__(error.exit_code)
+
+
+_EXTRA_HINT = re.compile(r"\(pip install 'mapper-state\[(?P<extra>[a-z0-9_-]+)\]'\)")
+
+
+def in_addon_words(message: str, prefix: str = sys.prefix) -> str:
+    """A store's message as a Meltano user can act on it: its settings by the names Meltano
+    gives them (``state_backend.mapper-state+s3.region``, not ``state_backend.s3.region``),
+    and a missing library installed into the environment Meltano runs from."""
+    for store in backend_schemes.offered_stores():
+        message = re.sub(
+            rf"\bstate_backend\.{re.escape(store.section)}\.",
+            f"state_backend.{backend_schemes.scheme_of(store)}.",
+            message,
+        )
+    return _EXTRA_HINT.sub(lambda m: f"({install_hint(m['extra'], prefix)})", message)
+
+
+def install_hint(extra: str, prefix: str = sys.prefix) -> str:
+    """How to add ``mapper-state[extra]`` to the environment Meltano runs from."""
+    wanted = f"'mapper-state[{extra}]'"
+    uv_tool = Path(prefix, "uv-receipt.toml").exists()  # what `uv tool install` leaves
+    if uv_tool or f"{os.sep}uv{os.sep}tools{os.sep}" in prefix + os.sep:
+        return f"uv tool install --reinstall meltano --with {wanted}"
+    if f"{os.sep}pipx{os.sep}venvs{os.sep}" in prefix + os.sep:
+        return f"pipx inject meltano {wanted}"
+    return f"{Path(prefix, 'bin', 'python')} -m pip install {wanted}"
 
 
 _BUSY_HINT = (
@@ -221,10 +249,11 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             self._seen[state_id] = snapshot
         if not snapshot.exists:
             return None
-        return MeltanoState(
+        doc = snapshot.document or {}
+        return MeltanoState(  # as Meltano's own backends read a document (MeltanoState.from_json)
             state_id=state_id,
-            completed_state={"singer_state": snapshot.value},
-            partial_state={},
+            completed_state=doc.get("completed", {}),
+            partial_state=doc.get("partial", {}),
         )
 
     def get_state_ids(self, pattern: str | None = None) -> Iterable[str]:
@@ -234,12 +263,16 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         with _errors_as_meltano():
             keys = [e.key for e in listing(self.store, prefix, exclude=history.HISTORY_ROOT)]
         found = (key.removesuffix(suffix) for key in keys if key.endswith(suffix))
-        return sorted(
+        ids = sorted(
             i
             for i in found
             if not i.startswith(state.RESERVED_PREFIX)
             and (not pattern or fnmatch.fnmatchcase(i, pattern))
         )
+        if not ids and meltano_command() == ["state", "list"]:  # say which store was listed
+            matching = f" matching {pattern}" if pattern else ""
+            log.warning(f"no states{matching} in mapper-state {self.store.display_uri}")
+        return ids
 
     # -- the lease -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -304,18 +337,64 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
     def set(self, meltano_state: MeltanoState) -> None:
         state_id = meltano_state.state_id
         with self._held(state_id) as lease, _errors_as_meltano():
-            self._write(lease, state_id, _singer_state(meltano_state))
+            self._write(lease, state_id, document_of(meltano_state), explicit=operator_write())
 
-    def _write(self, lease: Lease | RunLease, state_id: str, value: Any) -> None:
+    def set_all(self, states: Iterable[MeltanoState]) -> int:
+        """``meltano state import``: every state ID and lease checked before the first write;
+        a write refused after that says which states were written and which were not."""
+        pending = list(states)
+        with _errors_as_meltano():
+            for each in pending:
+                state.validate_state_id(each.state_id)
+            for each in pending:
+                self._check_free(each.state_id)
+        written: list[str] = []
+        try:
+            for each in pending:
+                self.set(each)
+                written.append(each.state_id)
+        except BaseException:
+            left = [s.state_id for s in pending[len(written) :]]
+            log.error(
+                f"wrote {len(written)} of {len(pending)} states"
+                + (f" ({', '.join(written)})" if written else "")
+                + f"; not written: {', '.join(left)}"
+            )
+            raise
+        return len(written)
+
+    def _check_free(self, state_id: str) -> None:
+        """Refuse at once a state ID whose lease another run holds (nothing written yet)."""
+        if state_id in self._leases:
+            return
+        holder, _ = read_lease(self.store, state_id)
+        if holder is not None and holder.held and not is_this_run(holder):
+            raise LeaseBusy(
+                f"state ID {state_id} is busy: {holder.describe()}; no state was written"
+            )
+
+    def _write(
+        self, lease: Lease | RunLease, state_id: str, document: dict[str, Any], *, explicit: bool
+    ) -> None:
+        """Write Meltano's ``document`` under ``lease`` through the commit path. An
+        ``explicit`` write (a ``meltano state`` command) is written as given; a run's passes
+        the empty-state guard first (dropped streams kept in the ``completed`` half)."""
         prior = self._seen.get(state_id) or state.load(self.store, state_id)
+        try:
+            value = singer_state(document)
+        except ValueError as exc:
+            raise BadInput(
+                f"the state given for {state_id} is not a Meltano state: {exc}"
+            ) from None
         options = commit.Options(
             note=NOTE,
             history_keep=self.settings.history_keep,
-            run_write=True,
+            run_write=not explicit,
             allow_reset=self.settings.allow_state_reset,
-            keep_prior=prior.writer.run_id is None,  # written by Meltano: keep it undoable
+            # a state Meltano wrote, or one an operator replaces: keep it undoable
+            keep_prior=explicit or prior.writer.run_id is None,
         )
-        outcome = commit.commit(self.store, lease, prior, value, options)
+        outcome = commit.commit(self.store, lease, prior, value, options, document=document)
         if outcome.refused:
             reason = outcome.verdict.warning or f"refused to replace the bookmarks of {state_id}"
             raise BadInput(
@@ -340,8 +419,10 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         """Move what older mapper-state versions left (``<id>/history/``) to today's layout."""
         with _errors_as_meltano():
             moved = history.migrate_legacy(self.store)
-        if moved:
-            log.info(f"moved {moved} history snapshots to {history.HISTORY_ROOT}")
+        snapshots = "1 history snapshot" if moved == 1 else f"{moved} history snapshots"
+        log.info(
+            f"mapper-state {self.store.display_uri}: moved {snapshots} to {history.HISTORY_ROOT}"
+        )
 
     def close(self) -> None:
         for lease in list(self._leases.values()):
@@ -352,10 +433,28 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         self.store.close()
 
 
-def _singer_state(meltano_state: MeltanoState) -> Any:
-    """The Singer state a Meltano state holds: its partial state merged over the completed one."""
-    doc = {
-        "completed": meltano_state.completed_state or {},
-        "partial": meltano_state.partial_state or {},
-    }
-    return singer_state(doc)
+def document_of(meltano_state: MeltanoState) -> dict[str, Any]:
+    """Meltano's document for a state, its two halves as Meltano gives them."""
+    return {"completed": meltano_state.completed_state, "partial": meltano_state.partial_state}
+
+
+#: The ``meltano`` commands whose state writes are an operator's explicit word.
+OPERATOR_GROUP = "state"
+
+
+def operator_write() -> bool:
+    """Is this write a ``meltano state ...`` command's (``set``, ``edit``, ``merge``, ``copy``,
+    ``move``, ``import``)? Those write what the operator said, as Meltano's own backends do
+    (the prior state stays in the history); any other write (``meltano run``, ``el``,
+    ``elt``, a library call) is a run's, and passes the empty-state guard.
+    """
+    return meltano_command()[:1] == [OPERATOR_GROUP]
+
+
+def meltano_command() -> list[str]:
+    """The ``meltano`` subcommand running (``["state", "set"]``), from click's context; ``[]``
+    outside a command."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    return [] if ctx is None else ctx.command_path.split()[1:]

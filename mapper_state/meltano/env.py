@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from mapper_state.config import catalog
 from mapper_state.errors import ConfigError
-from mapper_state.meltano.backend_schemes import PREFIX, store_uri
+from mapper_state.meltano.backend_schemes import MINIMUM_TTL_SECONDS, PREFIX, store_uri
 from mapper_state.redact import display_uri
 from mapper_state.settings import SettingSpec
 from mapper_state.stores import split_uri, store_types
@@ -200,6 +200,7 @@ def backend_settings(
         name_var = spec.meltano_env_var
         if name_var and env.get(name_var):
             found[spec.name] = (env[name_var], name_var)
+    _floor_ttl(found)
     uri = env.get(BACKEND_URI_VAR, "").strip()
     if not uri or uri.lower() == SYSTEMDB:
         found.pop("state_backend.uri", None)
@@ -208,6 +209,26 @@ def backend_settings(
         found.setdefault(name, (value, f"{BACKEND_URI_VAR} (user-info)"))
     found["state_backend.uri"] = (uri, BACKEND_URI_VAR)
     return found
+
+
+TTL_SETTING = "state_backend.lock_timeout_seconds"
+
+
+def _floor_ttl(found: dict[str, tuple[Any, str]]) -> None:
+    """Meltano's ``lock_timeout_seconds`` (10 s unless set) raised to the floor the add-on
+    applies (:data:`MINIMUM_TTL_SECONDS`): a store call's retries get a third of the TTL."""
+    if TTL_SETTING not in found:
+        return
+    value, var = found[TTL_SETTING]
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return  # the settings loader names the bad value
+    if seconds < MINIMUM_TTL_SECONDS:
+        found[TTL_SETTING] = (
+            f"{MINIMUM_TTL_SECONDS:g}",
+            f"{var} (raised to {MINIMUM_TTL_SECONDS:g})",
+        )
 
 
 def resolve_uri(uri: str, source: str, env: Mapping[str, str] | None = None) -> str:

@@ -472,3 +472,212 @@ def test_a_relative_file_uri_is_the_projects_from_any_directory(
     uri = f"file://{root}/.meltano/state"
     ours = Backend("file", uri, {}, lambda: open_store(uri))
     assert stored(ours, "dev:rel") == {"bookmarks": {"s": {"x": 1}}}  # and the store closed
+
+
+# -- Meltano's meaning of a state, kept ------------------------------------------------------
+
+
+def exported(project: AddonProject) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(project.ok("export"))
+    return found
+
+
+def mapper_state_get(backend: Backend, state_id: str) -> Any:
+    result = subprocess.run(
+        [str(tools.mapper_state()), "state", "get", state_id],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=clean_env(MAPPER_STATE_STATE_BACKEND__URI=backend.uri, **backend.env),
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("backend", HEAVY, indirect=True)
+def test_partial_and_completed_halves_stay_apart(
+    tmp_path: Path, meltano_addon: Path, backend: Backend
+) -> None:
+    """A state Meltano writes as partial comes back as partial (`meltano state export`), while
+    mapper-state reads the effective state, partial merged over completed."""
+    project = project_for(tmp_path / "p", meltano_addon, backend)
+    project.ok("merge", "dev:p", singer({"bookmarks": {"s1": {"id": 1}}}))  # a partial write
+    assert exported(project)["dev:p"] == {
+        "completed": {},
+        "partial": {"singer_state": {"bookmarks": {"s1": {"id": 1}}}},
+    }
+    project.ok("set", "--force", "dev:p", singer({"bookmarks": {"s1": {"id": 2}}}))
+    project.ok("merge", "dev:p", singer({"bookmarks": {"s2": {"id": 3}}}))
+    assert exported(project)["dev:p"] == {
+        "completed": {"singer_state": {"bookmarks": {"s1": {"id": 2}}}},
+        "partial": {"singer_state": {"bookmarks": {"s2": {"id": 3}}}},
+    }
+    both = {"bookmarks": {"s1": {"id": 2}, "s2": {"id": 3}}}
+    assert json.loads(project.ok("get", "dev:p")) == {"singer_state": both}
+    assert mapper_state_get(backend, "dev:p") == both
+    # the split survives an export and an import
+    dump = project.root / "export.json"
+    dump.write_text(project.ok("export"))
+    project.ok("clear", "--force", "--all")
+    project.ok("import", str(dump))
+    assert exported(project)["dev:p"]["partial"] == {
+        "singer_state": {"bookmarks": {"s2": {"id": 3}}}
+    }
+
+
+def test_an_empty_state_reads_back_empty(
+    tmp_path: Path, meltano_addon: Path, file_backend: Backend
+) -> None:
+    project = project_for(tmp_path / "p", meltano_addon, file_backend)
+    dump = project.root / "empty.json"
+    dump.write_text(json.dumps({"dev:e": {"completed": {}, "partial": {}}}))
+    project.ok("import", str(dump))
+    assert json.loads(project.ok("get", "dev:e")) == {}
+    assert exported(project) == {"dev:e": {"completed": {}, "partial": {}}}
+
+
+def test_state_set_writes_what_the_operator_said(
+    tmp_path: Path, meltano_addon: Path, file_backend: Backend
+) -> None:
+    """`meltano state set --force` overwrites as Meltano's own backends do: a dropped stream
+    is dropped, an empty state replaces bookmarks, `--no-validate` keys are kept; each prior
+    state stays in the history."""
+    project = project_for(tmp_path / "p", meltano_addon, file_backend)
+    two = {"bookmarks": {"s1": {"id": 1}, "s2": {"id": 2}}}
+    project.ok("set", "--force", "dev:o", singer(two))
+    one = {"bookmarks": {"s1": {"id": 5}}}
+    project.ok("set", "--force", "dev:o", singer(one))
+    assert stored(file_backend, "dev:o") == one
+    project.ok("set", "--force", "dev:o", singer({}))
+    assert json.loads(project.ok("get", "dev:o")) == {"singer_state": {}}
+    project.ok("set", "--force", "--no-validate", "dev:o", json.dumps({"other": {"x": 1}}))
+    assert json.loads(project.ok("get", "dev:o")) == {"other": {"x": 1}}
+    store = file_backend.open()
+    try:
+        kept = [s.value for s in history.list_snapshots(store, "dev:o")]
+    finally:
+        store.close()
+    assert kept[:3] == [two, one, {}]
+
+
+def test_a_runs_write_keeps_the_empty_state_guard(
+    tmp_path: Path, meltano_addon: Path, file_backend: Backend
+) -> None:
+    """Outside a `meltano state` command (a run's write), an empty state over bookmarks is
+    still refused and the stored state stays."""
+    project = project_for(tmp_path / "p", meltano_addon, file_backend)
+    kept = {"bookmarks": {"s1": {"id": 1}}}
+    project.ok("set", "--force", "dev:g", singer(kept))
+    code = (
+        "from mapper_state.meltano.backend import MapperStateBackend\n"
+        "from meltano.core.state_store import MeltanoState\n"
+        f"b = MapperStateBackend(uri={file_backend.addon_uri!r})\n"
+        "b.update(MeltanoState('dev:g', {}, {'singer_state': {}}))\n"
+    )
+    result = subprocess.run(
+        [str(meltano_addon.parent / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=project.env,
+        cwd=project.root,
+    )
+    assert result.returncode == 6, result.stderr
+    assert "not committing a state without bookmarks" in result.stderr
+    assert stored(file_backend, "dev:g") == kept
+
+
+def test_import_writes_nothing_when_a_state_is_busy(
+    tmp_path: Path, meltano_addon: Path, file_backend: Backend
+) -> None:
+    project = project_for(tmp_path / "p", meltano_addon, file_backend)
+    filter_env = clean_env(MAPPER_STATE_STATE_BACKEND__URI=file_backend.uri)
+    holder = subprocess.Popen(
+        [str(tools.mapper_state()), "--state-id", "dev:b2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=filter_env,
+    )
+    try:
+        lease_file = Path(file_backend.uri.removeprefix("file://")) / "dev:b2"
+        deadline = time.monotonic() + 60
+        while not (lease_file / "mapper-state.lease.json").exists():
+            assert time.monotonic() < deadline, "the filter never took the lease"
+            time.sleep(0.1)
+        doc = {
+            sid: {"completed": {"singer_state": {"bookmarks": {"s": {"id": n}}}}, "partial": {}}
+            for n, sid in enumerate(("dev:b1", "dev:b2", "dev:b3"))
+        }
+        dump = project.root / "import.json"
+        dump.write_text(json.dumps(doc))
+        refused = project.state("import", str(dump))
+        assert refused.returncode == 3, refused.stdout + refused.stderr
+        assert "state ID dev:b2 is busy" in refused.stderr
+        assert "no state was written" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert [stored(file_backend, s) for s in ("dev:b1", "dev:b3")] == [None, None]
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+def test_list_and_upgrade_say_which_store_they_read(
+    tmp_path: Path, meltano_addon: Path, file_backend: Backend
+) -> None:
+    """After switching stores, `meltano state list` names the store it listed;
+    `meltano upgrade` says what it moved, and where."""
+    project = project_for(tmp_path / "p", meltano_addon, file_backend)
+    listed = project.state("list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == ""
+    assert f"no states in mapper-state {file_backend.uri}" in listed.stderr
+    store = file_backend.open()
+    try:
+        doc = {"run_id": "old", "singer_state": {"bookmarks": {"s": {"id": 1}}}}
+        store.create("dev:u/history/20200101T000000.000000Z-old.json", json.dumps(doc).encode())
+    finally:
+        store.close()
+    upgraded = project.meltano("upgrade", "--skip-package")
+    assert upgraded.returncode == 0, upgraded.stderr
+    said = f"mapper-state {file_backend.uri}: moved 1 history snapshot to {history.HISTORY_ROOT}"
+    assert said in upgraded.stdout + upgraded.stderr
+
+
+@pytest.mark.cloud
+@pytest.mark.parametrize("backend", ["s3_backend"], indirect=True)
+def test_errors_name_the_addons_settings(
+    tmp_path: Path, meltano_addon: Path, backend: Backend
+) -> None:
+    project = project_for(tmp_path / "p", meltano_addon, backend)
+    bad = project.state("list", MELTANO_STATE_BACKEND_MAPPER_STATE_S3_SERVER_SIDE_ENCRYPTION="x")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "setting state_backend.mapper-state+s3.server_side_encryption must be" in bad.stderr
+    assert "state_backend.s3." not in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_a_missing_library_is_installed_where_meltano_runs() -> None:
+    """The hint fits how Meltano was installed: `uv tool`, pipx, or a virtualenv's pip."""
+    code = (
+        "from mapper_state.meltano.backend import in_addon_words as w\n"
+        "m = \"library is missing: boto3 (pip install 'mapper-state[s3]')\"\n"
+        "print(w(m, '/home/u/.local/share/uv/tools/meltano'))\n"
+        "print(w(m, '/home/u/.local/pipx/venvs/meltano'))\n"
+        "print(w(m, '/opt/meltano-venv'))\n"
+        "print(w('set state_backend.s3.region (or AWS_REGION)'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.append({str(MELTANO_SITE)!r})\n" + code],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "library is missing: boto3 (uv tool install --reinstall meltano --with 'mapper-state[s3]')",
+        "library is missing: boto3 (pipx inject meltano 'mapper-state[s3]')",
+        "library is missing: boto3 (/opt/meltano-venv/bin/python -m pip install 'mapper-state[s3]')",
+        "set state_backend.mapper-state+s3.region (or AWS_REGION)",
+    ]

@@ -23,4 +23,4 @@ def state_migrate(cx: StoreAccess) -> None:
       mapper-state state migrate --state-backend-uri s3://bucket/prefix
     """
     moved = ops.migrate_history(cx.store)
-    out(f"moved {plural(moved, 'snapshot')} to {ops.HISTORY_ROOT}\n")
+    out(f"{cx.store.display_uri}: moved {plural(moved, 'snapshot')} to {ops.HISTORY_ROOT}\n")
