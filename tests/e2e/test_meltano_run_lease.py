@@ -363,3 +363,33 @@ def test_a_meltano_killed_with_sigkill_leaves_a_lease_that_expires_after_its_ttl
     after = second.project.meltano("run", *EL)
     assert after.returncode == 0, after.stderr
     assert delivered(second.project.output) == [11, 12, 13]  # resumed from the killed run's state
+
+
+def test_a_second_run_waits_for_the_lease_when_lock_wait_seconds_is_set(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
+) -> None:
+    """With ``state_backend.lock_wait_seconds`` set, the second run waits, its tap not
+    started, and runs once the first has exited, from the first run's state."""
+    first, second = machines(tmp_path, meltano_addon, file_backend)
+    second.project.env["MELTANO_STATE_BACKEND_LOCK_WAIT_SECONDS"] = "600"
+    running = first.spawn("run", *EL, GATE)
+    waiting: subprocess.Popen[bytes] | None = None
+    try:
+        wait_until(first.started.exists, "the first run never reached its gate", 300)
+        add_rows(tmp_path / "events.jsonl", 2)
+        waiting = second.spawn("run", *EL)
+        wait_until(
+            lambda: "is busy, waiting up to 600s" in second.log.read_text(),
+            "the second run never said it waits",
+            300,
+        )
+        assert waiting.poll() is None
+        assert second.tap_starts() == []
+    finally:
+        first.go.touch()
+        assert running.wait(timeout=300) == 0, first.log.read_text()
+    assert waiting.wait(timeout=300) == 0, second.log.read_text()
+    assert second.syncs() == 1
+    assert delivered(second.project.output) == [11, 12]
