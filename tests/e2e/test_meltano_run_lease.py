@@ -393,3 +393,66 @@ def test_a_second_run_waits_for_the_lease_when_lock_wait_seconds_is_set(
     assert waiting.wait(timeout=300) == 0, second.log.read_text()
     assert second.syncs() == 1
     assert delivered(second.project.output) == [11, 12]
+
+
+def test_runs_that_use_no_state_take_no_lease(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
+) -> None:
+    """A dry run and a run without state updates use no state ID: they are not refused
+    while the pipeline's lease is held (docs/meltano.md lists them as not covered)."""
+    first, second = machines(tmp_path, meltano_addon, file_backend)
+    running = first.spawn("run", *EL, GATE)
+    try:
+        wait_until(first.started.exists, "the first run never reached its gate", 300)
+        dry = second.project.meltano("run", "--dry-run", *EL)
+        assert dry.returncode == 0, dry.stderr
+        assert second.tap_starts() == []
+        stateless = second.project.meltano("run", "--no-state-update", *EL)
+        assert stateless.returncode == 0, stateless.stderr
+        assert second.syncs() == 1
+        assert "is busy" not in dry.stderr + stateless.stderr
+    finally:
+        first.go.touch()
+        assert running.wait(timeout=300) == 0, first.log.read_text()
+
+
+def test_meltano_run_inside_exec_runs_under_the_exec_lease(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
+) -> None:
+    """Under ``mapper-state exec`` on the pipeline's state ID, ``meltano run`` takes no second
+    lease: it runs, and its state is written under exec's run ID."""
+    (only,) = machines(tmp_path, meltano_addon, file_backend, count=1)
+    wrapped = subprocess.run(
+        [
+            str(tools.mapper_state()),
+            "exec",
+            "--state-id",
+            STATE_ID,
+            "--state-backend-uri",
+            file_backend.uri,
+            "--",
+            str(meltano_addon),
+            "run",
+            *EL,
+        ],
+        cwd=only.project.cwd,
+        env=only.project.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert wrapped.returncode == 0, wrapped.stderr
+    assert "is busy" not in wrapped.stderr
+    assert delivered(only.project.output) == list(range(1, 11))
+    store = file_backend.open()
+    try:
+        snapshots = history.list_snapshots(store, STATE_ID)
+    finally:
+        store.close()
+    assert len({s.run_id for s in snapshots}) == 1
+    assert snapshots[-1].command.startswith("meltano run tap-sample target-jsonl")
