@@ -26,7 +26,8 @@ How, in Meltano 4.4.1 (read in its ``meltano.cli``, ``meltano.core.block`` and
 - **Holding it.** Each lease is renewed by a heartbeat thread of the Meltano process itself,
   so a Meltano killed with SIGKILL stops renewing it and it expires after its TTL; a
   normal exit (success, failure, Ctrl-C, Meltano's own SIGTERM handling during a block)
-  releases it through :mod:`atexit`.
+  releases it through :mod:`atexit`. A lease lost meanwhile (``lock break``, a takeover, no
+  renewal in time) stops the run: its running plugins get SIGTERM, and Meltano fails it.
 - **This run's writes.** The leases are named in the environment as an enclosing run's
   (:mod:`mapper_state.core.inherited`, as ``mapper-state exec`` does): the add-on's own
   state writes in this process, and the mapper plugin Meltano starts, write under them,
@@ -41,8 +42,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import os
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -174,7 +178,7 @@ class RunLeases:
                 self.release()
                 raise
             self.leases.append(lease)
-            lease.start_heartbeat(on_lost=_say_lost)
+            lease.start_heartbeat(on_lost=_stop_the_run)
             held = inherited.HeldLease(state_id, lease.run_id, store.display_uri)
             _export(inherited.with_held(held))
 
@@ -193,13 +197,34 @@ class RunLeases:
 
 
 def _export(env: Mapping[str, str]) -> None:
-    import os
-
     os.environ[inherited.HELD_LEASE_VAR] = env[inherited.HELD_LEASE_VAR]
 
 
-def _say_lost(error: LeaseLost) -> None:
-    log.error(f"{error.message}: this run's next state write is refused")
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux ``/proc``; none elsewhere)."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _stop_the_run(error: LeaseLost) -> None:
+    """The lease is gone (broken, taken over, not renewed in time): stop what the run is
+    running (its plugins, Meltano's children) with SIGTERM, so that no step goes on
+    unguarded while another run may hold the lease; Meltano then fails the run, and its
+    next state write would be refused anyway."""
+    children = _children(os.getpid())
+    log.error(f"{error.message}: stopping this run ({len(children)} running plugin processes)")
+    for pid in children:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
 
 
 def _wait_seconds(settings: Any) -> float:

@@ -456,3 +456,33 @@ def test_meltano_run_inside_exec_runs_under_the_exec_lease(
         store.close()
     assert len({s.run_id for s in snapshots}) == 1
     assert snapshots[-1].command.startswith("meltano run tap-sample target-jsonl")
+
+
+def test_a_broken_lease_stops_the_run(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
+) -> None:
+    """``mapper-state lock break`` on a running pipeline: the heartbeat of the Meltano process
+    finds its lease gone and stops the step it is running; Meltano fails the run."""
+    (only,) = machines(tmp_path, meltano_addon, file_backend, count=1)
+    running = only.spawn("run", *EL, GATE)
+    try:
+        wait_until(only.started.exists, "the run never reached its gate", 300)
+        args = ["lock", "break", STATE_ID, "--yes", "--state-backend-uri", file_backend.uri]
+        broken = subprocess.run(
+            [str(tools.mapper_state()), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert broken.returncode == 0, broken.stderr
+        code = running.wait(timeout=300)  # the gate is never opened: only the loss ends it
+    finally:
+        only.go.touch()
+        running.wait(timeout=300)
+    log = only.log.read_text()
+    assert code != 0, log
+    assert f"lost the lease on {STATE_ID}" in log, log
+    assert "stopping this run (1 running plugin processes)" in log, log
