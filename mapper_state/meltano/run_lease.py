@@ -98,6 +98,10 @@ def _guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
             from meltano.core.utils import new_run_id
 
             kwargs["run_id"] = new_run_id()
+        if kwargs.get("database_uri"):  # as the command's `--database-uri` is about to say
+            from meltano.core.project_settings_service import ProjectSettingsService
+
+            ProjectSettingsService.config_override["database_uri"] = kwargs["database_uri"]
         hold_for_run(ctx.info_name or "", kwargs, ctx.obj or {})
         return callback(*args, **kwargs)
 
@@ -135,11 +139,21 @@ class _Quiet:
 
 
 def _run_state_ids(project: Any, params: Mapping[str, Any]) -> list[str]:
-    """Meltano's own parse of the blocks; nothing when it fails (Meltano then says why)."""
+    """Meltano's own parse of the blocks; nothing when it fails (Meltano then says why).
+
+    The parse reads plugin settings from the system database, so the database is set up
+    first, as the command itself does next (a no-op then).
+    """
     from meltano.core.block.block_parser import BlockParser
     from meltano.core.block.extract_load import ExtractLoadBlocks
+    from meltano.core.db import project_engine
+    from meltano.core.migration_service import MigrationService
 
     try:
+        # what the command does first (`pass_project(migrate=True)`), here a moment earlier:
+        # the block parser reads plugin settings from the system database, new in a container
+        engine, _ = project_engine(project, default=True)
+        MigrationService(engine).upgrade(silent=True)
         parser = BlockParser(
             _Quiet(),
             project,
