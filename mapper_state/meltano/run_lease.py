@@ -164,7 +164,8 @@ def _run_state_ids(project: Any, params: Mapping[str, Any]) -> list[str]:
             run_id=params.get("run_id"),
         )
         blocks = list(parser.find_blocks(0))
-    except Exception:  # noqa: BLE001 - Meltano's own parse of the same blocks reports it
+    except Exception as exc:  # noqa: BLE001 - Meltano's own parse of the same blocks reports it
+        log.warning(f"no whole-run lease: the run's blocks could not be read ({exc})")
         return []
     found = (b.context.job for b in blocks if isinstance(b, ExtractLoadBlocks))
     return sorted({job.job_name for job in found if job is not None})
