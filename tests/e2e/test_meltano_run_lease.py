@@ -181,6 +181,14 @@ def race(pair: list[Machine], flags: tuple[str, ...]) -> Round:
         m.reset()
     procs = [m.spawn("run", *flags, *EL, GATE) for m in pair]
     try:
+        wait_until(
+            lambda: (
+                any(p.poll() is not None for p in procs) or all(m.started.exists() for m in pair)
+            ),
+            "neither run ended",
+            300,
+        )
+        assert not all(m.started.exists() for m in pair), "both runs got past the lease"
         loser = first_exit(procs)
         winner = 1 - loser
         assert procs[loser].returncode == BUSY, pair[loser].log.read_text()
