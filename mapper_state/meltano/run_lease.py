@@ -63,8 +63,8 @@ RUN_COMMANDS = frozenset({"run", "el", "elt"})
 _ARMED = "_mapper_state_run_lease"
 _WAIT = "state_backend.lock_wait_seconds"
 _BUSY_HINT = (
-    "another `meltano run` of this pipeline holds it; retry later, set "
-    "state_backend.lock_wait_seconds to wait, or `mapper-state lock break` a holder known to be dead"
+    "retry when it has finished, set state_backend.lock_wait_seconds to wait for it, or "
+    "`mapper-state lock break` a holder known to be dead"
 )
 
 
@@ -102,7 +102,7 @@ def _guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
             from meltano.core.project_settings_service import ProjectSettingsService
 
             ProjectSettingsService.config_override["database_uri"] = kwargs["database_uri"]
-        hold_for_run(ctx.info_name or "", kwargs, ctx.obj or {})
+        hold_for_run(ctx.command.name or "", kwargs, ctx.obj or {})
         return callback(*args, **kwargs)
 
     setattr(guarded, _ARMED, True)
