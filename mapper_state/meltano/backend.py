@@ -217,11 +217,14 @@ def _handing_over(holder: LeaseRecord) -> bool:
 
 
 def is_this_run(holder: LeaseRecord) -> bool:
-    """Is the lease held for this Meltano process: by its mapper, or by the keeper it left?"""
+    """Is the lease held for this Meltano process: by itself (the whole-run lease of
+    :mod:`mapper_state.meltano.run_lease`), by its mapper, or by the keeper it left?"""
     if holder.host != socket.gethostname() or not holder.held:
         return False
     me = os.getpid()
-    return holder.command.startswith(kept_for(me)) or _parent_of(holder.pid) == me
+    return (
+        holder.pid == me or holder.command.startswith(kept_for(me)) or _parent_of(holder.pid) == me
+    )
 
 
 class MapperStateBackend(StateStoreManager):  # type: ignore[misc]

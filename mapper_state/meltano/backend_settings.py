@@ -14,6 +14,7 @@ from typing import Any
 
 from meltano.core.setting_definition import SettingDefinition
 
+from mapper_state.meltano import run_lease
 from mapper_state.meltano.backend_schemes import addon_settings
 from mapper_state.settings import SettingSpec
 
@@ -41,3 +42,8 @@ def __getattr__(name: str) -> Any:
     if spec is None:
         raise AttributeError(name)
     return definition(spec)
+
+
+# Meltano loads these entry points at start-up, once its root command knows which subcommand
+# runs: the moment to give a `meltano run` / `el` / `elt` its whole-run lease.
+run_lease.arm()
