@@ -368,8 +368,8 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
 
     def _check_free(self, state_id: str) -> None:
         """Refuse at once a state ID whose lease another run holds (nothing written yet)."""
-        if state_id in self._leases:
-            return
+        if state_id in self._leases or inherited.held_here(self.store, state_id):
+            return  # ours, or an enclosing run's (its write is fenced when it happens)
         holder, _ = read_lease(self.store, state_id)
         if holder is not None and holder.held and not is_this_run(holder):
             raise LeaseBusy(

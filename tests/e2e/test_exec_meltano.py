@@ -1,4 +1,4 @@
-"""``meltano state set`` inside ``mapper-state exec``: the add-on writes under the exec's lease.
+"""``meltano state set`` and ``meltano state import`` inside ``mapper-state exec``: the add-on writes under the exec's lease.
 
 Meltano 4.4.1 with the project's wheel in its venv (the ``meltano_addon`` fixture of
 ``test_meltano_backend``), ``state_backend.uri`` set to ``mapper-state+file://...``. Inside
@@ -8,6 +8,7 @@ history); outside, the same command is refused naming the holder.
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -38,10 +39,13 @@ def test_meltano_state_set_inside_exec_writes_under_its_lease_and_outside_is_ref
     project = project_for(tmp_path / "p", meltano_addon, file_backend)
     project.ok("list")  # the project's system database, made before the exec
     log, gate = tmp_path / "log", tmp_path / "go"
-    inside = {"bookmarks": {"s1": {"id": 1}}}
-    meltano = f"{shlex.quote(str(meltano_addon))} --log-level=warning state set --force"
+    first, inside = {"bookmarks": {"s1": {"id": 1}}}, {"bookmarks": {"s1": {"id": 3}}}
+    exported = tmp_path / "export.json"  # what `meltano state export` prints
+    exported.write_text(json.dumps({ID: {"completed": {"singer_state": inside}, "partial": {}}}))
+    meltano = f"{shlex.quote(str(meltano_addon))} --log-level=warning state"
     script = (
-        f"{meltano} {ID} {shlex.quote(singer(inside))} 2>> {log} && echo set >> {log}; "
+        f"{meltano} set --force {ID} {shlex.quote(singer(first))} 2>> {log} && echo set >> {log}; "
+        f"{meltano} import {shlex.quote(str(exported))} 2>> {log} && echo imported >> {log}; "
         f"echo done >> {log}; while [ ! -e {gate} ]; do sleep 0.05; done"
     )
     exec_args = ["exec", "--state-id", ID, "--state-backend-uri", file_backend.uri]
@@ -53,7 +57,7 @@ def test_meltano_state_set_inside_exec_writes_under_its_lease_and_outside_is_ref
     )
     try:
         wait_until(lambda: log.exists() and "done" in log.read_text(), "meltano never ended", 300)
-        assert log.read_text().splitlines() == ["set", "done"], log.read_text()
+        assert log.read_text().splitlines() == ["set", "imported", "done"], log.read_text()
         assert stored(file_backend, ID) == inside
         outside = project.state(
             "set",
@@ -75,7 +79,7 @@ def test_meltano_state_set_inside_exec_writes_under_its_lease_and_outside_is_ref
         snapshots = history.list_snapshots(store, ID)
     finally:
         store.close()
-    assert [s.value for s in snapshots] == [inside]
+    assert [s.value for s in snapshots] == [first, inside]
     run_ids = {s.run_id for s in snapshots}
     assert len(run_ids) == 1
     assert run_ids.pop() in outside.stderr  # the exec's run wrote it, under its lease
