@@ -8,13 +8,18 @@ the command line they keep.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from urllib.parse import unquote
 
 MASK = "***"
 _USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][\w+.-]*)://(?P<userinfo>[^@/]*)@")
 #: libpq takes passwords as query parameters too: ``postgresql://host/db?password=...``
 _QUERY_SECRET = re.compile(r"[?&](?:password|sslpassword)=(?P<value>[^&#]*)")
+#: An option or variable whose name says its value is a secret.
+SECRET_NAME = re.compile(
+    r"(secret|password|passwd|token|key_id|access_key|api_key|connection_string|credential)",
+    re.I,
+)
 #: Schemes whose bare user-info (no ``:``) is a user name, not a key.
 _USER_NAME_SCHEMES = frozenset({"postgresql", "postgres"})
 
@@ -58,3 +63,18 @@ def uri_secrets(uri: str) -> list[str]:
 def display_uri(uri: str) -> str:
     """A URI with its user-info hidden."""
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}://{MASK}@", uri or "")
+
+
+def flag_secrets(args: Sequence[str]) -> list[str]:
+    """The values a command line passes to options named like secrets: ``--password X``,
+    ``--api-token=X``, ``AWS_SECRET_ACCESS_KEY=X``, and the passwords in its URIs."""
+    found: list[str] = []
+    for i, arg in enumerate(args):
+        name, sep, value = arg.partition("=")
+        if SECRET_NAME.search(name):
+            if sep:
+                found.append(value)
+            elif arg.startswith("-") and i + 1 < len(args):
+                found.append(args[i + 1])
+        found.extend(uri_secrets(value if sep else arg))
+    return [f for f in found if f]

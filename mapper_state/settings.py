@@ -33,8 +33,11 @@ DEFAULT_URI = "file://.mapper-state"
 URI_SETTING = "state_backend.uri"
 ENV_PREFIX = "MAPPER_STATE_"
 #: ``MAPPER_STATE_*`` variables that are not settings: ``MAPPER_STATE_DEBUG`` (log.py), the
-#: test suite's tools directory and the chaos suite's budget (tests/chaos/conftest.py).
-OTHER_VARIABLES = frozenset({"MAPPER_STATE_DEBUG", "MAPPER_STATE_TOOLS_DIR"})
+#: lease an enclosing ``exec`` holds (core/inherited.py), the test suite's tools directory
+#: and the chaos suite's budget (tests/chaos/conftest.py).
+OTHER_VARIABLES = frozenset(
+    {"MAPPER_STATE_DEBUG", "MAPPER_STATE_HELD_LEASE", "MAPPER_STATE_TOOLS_DIR"}
+)
 OTHER_VARIABLE_PREFIXES = ("MAPPER_STATE_CHAOS",)
 
 

@@ -1,7 +1,7 @@
 """The command line: parsing, exit codes and wiring; the logic lives in the other modules.
 
 ``mapper-state`` alone is the filter (shell pipelines, Meltano mapper);
-``run``, ``state``, ``lock`` and ``doctor`` are subcommands, one module each
+``run``, ``exec``, ``state``, ``lock`` and ``doctor`` are subcommands, one module each
 (``state``'s a package of one module per command). How a command is declared:
 :mod:`mapper_state.cli.store`; the flags come from the settings' declarations
 (:mod:`mapper_state.cli.common`).
@@ -114,8 +114,9 @@ def main(
     """Keep a Singer pipeline's state in a remote store, one run at a time.
 
     Bare, it is the filter: tap | mapper-state --state-id ID | target.
-    The subcommands run a whole pipeline (run), read and change states (state),
-    inspect or break a lease (lock) and check a store (doctor); the flags given
+    The subcommands run a whole pipeline (run) or any command under the lease
+    (exec), read and change states (state), inspect or break a lease (lock) and
+    check a store (doctor); the flags given
     before a subcommand's name apply to it too. The exit codes below are the filter's.
 
     \b
@@ -123,6 +124,7 @@ def main(
       tap-x --state state.json | mapper-state --state-id dev:x | target-y
       tap-x --state <(mapper-state state get dev:x) | mapper-state --state-id dev:x | target-y
       mapper-state run --state-id dev:x --tap tap-x --target target-y
+      mapper-state exec --state-id dev:x -- meltano run tap-x target-y dbt:run
       mapper-state state list --long
       mapper-state doctor --state-backend-uri s3://bucket/states
 
@@ -162,10 +164,11 @@ def main(
 
 def register_commands() -> None:
     """Attach the subcommands (their modules import nothing heavy at import time)."""
-    from mapper_state.cli import doctor, lock, run
+    from mapper_state.cli import doctor, exec, lock, run
     from mapper_state.cli.state import state_group
 
-    for command in (state_group, *lock.COMMANDS, *run.COMMANDS, *doctor.COMMANDS):
+    commands = (state_group, *lock.COMMANDS, *run.COMMANDS, *exec.COMMANDS, *doctor.COMMANDS)
+    for command in commands:
         main.add_command(command)
 
 

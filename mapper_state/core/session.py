@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mapper_state import log, signals
-from mapper_state.core import bookmarks, history, state
+from mapper_state.core import bookmarks, history, inherited, state
 from mapper_state.core.checkpoint import Checkpointer
 from mapper_state.core.lease import Lease
 from mapper_state.errors import ConfigError, LeaseLost
@@ -61,7 +61,7 @@ class Session:
         #: A store the session opened is closed when it ends; one it was given is the giver's.
         self._owns_store = store is None
         self.store = store or open_configured_store(settings)
-        self.lease = Lease.for_settings(self.store, self.state_id, settings)
+        self.lease = inherited.lease_for(self.store, self.state_id, settings)  # exec's, or ours
         self.lock_only = self.hooks.lock_only(settings)
         self.dry_run = settings.dry_run
         self.prior: state.StateSnapshot | None = None

@@ -37,7 +37,7 @@ from meltano.core.state_store.base import MeltanoState, StateStoreManager
 
 from mapper_state import log
 from mapper_state.config import load_settings
-from mapper_state.core import bookmarks, history, state
+from mapper_state.core import bookmarks, history, inherited, state
 from mapper_state.core.lease import Lease, LeaseRecord, read_lease
 from mapper_state.core.state import singer_state
 from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError
@@ -249,7 +249,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             return
         with _errors_as_meltano():
             state.validate_state_id(state_id)
-            lease = Lease.for_settings(self.store, state_id, self.settings)
+            lease = inherited.lease_for(self.store, state_id, self.settings)  # exec's, or ours
             lease.retry = retry_seconds or lease.retry
             holder = self._wait_for(lease)
             if holder is not None:  # this run's own lease

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mapper_state import log
-from mapper_state.core import history, state
+from mapper_state.core import history, inherited, state
 from mapper_state.core.deletes import delete_held
 from mapper_state.core.lease import Lease, read_lease
 from mapper_state.core.state import StateSnapshot, state_key
@@ -68,7 +68,7 @@ class Guard:
         return self.wait
 
     def lease(self, store: BlobStore, state_id: str) -> Lease:
-        return Lease.for_settings(store, state_id, self)
+        return inherited.lease_for(store, state_id, self)  # an enclosing exec's, or ours
 
 
 def _keep_current(
