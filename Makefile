@@ -94,7 +94,7 @@ dist: setup
 # the image mapper-state:dev from that wheel (docs/container.md): docker where it works, else
 # podman with the project's settings (scripts/container.sh); EXTRAS=s3 etc. as the build argument
 image: dist
-	scripts/container.sh image mapper-state:dev
+	scripts/container.sh build mapper-state:dev
 
 clean:
 	rm -rf $(VENV) .tools .mapper-state output .containers

@@ -5,11 +5,11 @@
 # .containers/ (or $MAPPER_STATE_CONTAINERS_DIR), not in the machine's own storage.
 #
 #   scripts/container.sh engine        print "docker" or "podman" (exit 1 and say why: none works)
-#   scripts/container.sh base          make the Debian base image (when no registry is reachable)
-#   scripts/container.sh image [TAG]   build the image (default mapper-state:dev) from dist/'s wheel
-#   scripts/container.sh ARGS...       run the engine with ARGS (run, stop, rm, image inspect...)
+#   scripts/container.sh make-base     make the Debian base image (when no registry is reachable)
+#   scripts/container.sh build [TAG]   build the image (default mapper-state:dev) from dist/'s wheel
+#   scripts/container.sh ARGS...       the engine with ARGS (run, stop, rm, images, image inspect...)
 #
-# image: EXTRAS (default all) as the Dockerfile's build argument. Where the Dockerfile's
+# build: EXTRAS (default all) as the Dockerfile's build argument. Where the Dockerfile's
 # default base (python:3.11-slim) cannot be pulled, the base is made from Debian's packages
 # (Debian 12, its Python 3.11, tini) with mmdebstrap and `podman import`, once; with
 # Podman the wheels come from a wheelhouse made on this machine (pip download), mounted into
@@ -150,8 +150,8 @@ engine_cmd_or_exit() { engine_cmd || exit 1; }
 
 case ${1:-} in
   engine) engine ;;
-  base) engine_cmd_or_exit; has_image "$DEBIAN_BASE" || make_debian_base ;;
-  image) engine_cmd_or_exit; build_image "${2:-}" ;;
+  make-base) engine_cmd_or_exit; has_image "$DEBIAN_BASE" || make_debian_base ;;
+  build) engine_cmd_or_exit; build_image "${2:-}" ;;
   "") sed -n '2,16p' "$0" >&2; exit 2 ;;
   *) engine_cmd_or_exit; exec "${CMD[@]}" "$@" ;;
 esac

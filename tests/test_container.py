@@ -27,7 +27,8 @@ from tests.helpers import stored_state, wait_until
 from tests.servers import StoreLocation
 from tests.support.sdk import s3_client
 
-pytestmark = [pytest.mark.container, pytest.mark.e2e]
+# the first test builds the image (a few minutes on a cold cache, a machine of two cores)
+pytestmark = [pytest.mark.container, pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTAINER = str(ROOT / "scripts" / "container.sh")
