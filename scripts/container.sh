@@ -2,7 +2,7 @@
 # The container engine of this project: Docker where it exists and works, else Podman with
 # the settings of scripts/containers/ (machines without systemd, with hybrid cgroups, a
 # sandbox that refuses to raise RLIMIT_NPROC: see those files), its images kept in
-# .containers/ (or $MAPPER_STATE_CONTAINERS_DIR), not in the machine's own storage.
+# .containers/ (or $CONTAINER_STATE_DIR), not in the machine's own storage.
 #
 #   scripts/container.sh engine        print "docker" or "podman" (exit 1 and say why: none works)
 #   scripts/container.sh make-base     make the Debian base image (when no registry is reachable)
@@ -14,10 +14,13 @@
 # (Debian 12, its Python 3.11, tini) with mmdebstrap and `podman import`, once; with
 # Podman the wheels come from a wheelhouse made on this machine (pip download), mounted into
 # the build, so the build itself needs no network.
+#
+# CONTAINER_ENGINE=docker|podman skips the detection; CONTAINER_STORAGE_DRIVER=overlay|vfs
+# skips podman's overlay probe; CONTAINER_STATE_DIR moves .containers/.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STATE_DIR=${MAPPER_STATE_CONTAINERS_DIR:-$ROOT/.containers}
+STATE_DIR=${CONTAINER_STATE_DIR:-$ROOT/.containers}
 DEFAULT_BASE=python:3.11-slim
 DEBIAN_BASE=localhost/mapper-state-base:bookworm
 # minbase: apt, dpkg, coreutils... plus what the image needs (python3-pip: the Dockerfile's
@@ -27,8 +30,8 @@ BASE_PACKAGES=python3,python3-pip,python-is-python3,tini,ca-certificates
 say() { echo "container: $*" >&2; }
 
 engine() {
-  if [[ -n ${MAPPER_STATE_CONTAINER_ENGINE:-} ]]; then
-    echo "$MAPPER_STATE_CONTAINER_ENGINE"
+  if [[ -n ${CONTAINER_ENGINE:-} ]]; then
+    echo "$CONTAINER_ENGINE"
   elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
     echo docker
   elif command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then
@@ -43,8 +46,8 @@ engine() {
 # overlay where the kernel's overlayfs mounts in $STATE_DIR (a container starts in half a
 # second), else vfs (seconds: it copies the image's layers for each container)
 storage_driver() {
-  if [[ -n ${MAPPER_STATE_STORAGE_DRIVER:-} ]]; then
-    echo "$MAPPER_STATE_STORAGE_DRIVER"
+  if [[ -n ${CONTAINER_STORAGE_DRIVER:-} ]]; then
+    echo "$CONTAINER_STORAGE_DRIVER"
     return
   fi
   local probe=$STATE_DIR/overlay-probe driver=vfs

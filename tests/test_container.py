@@ -50,7 +50,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     found = engine("engine", timeout=60)
     if found.returncode != 0:
         pytest.skip(found.stderr.decode().strip().splitlines()[-1])
-    os.environ["MAPPER_STATE_CONTAINER_ENGINE"] = found.stdout.decode().strip()
+    os.environ["CONTAINER_ENGINE"] = found.stdout.decode().strip()
     lock = tmp_path_factory.getbasetemp().parent / "mapper-state-image.lock"
     with open(lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
