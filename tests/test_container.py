@@ -179,8 +179,8 @@ def started(
 def test_two_containers_of_one_pipeline_one_runs_the_other_exits_3(
     image: str, data: Path, s3_location: StoreLocation
 ) -> None:
-    env = {**job_env(s3_location.uri), **s3_location.env, "TINY_TAP_COUNT": "30"}
-    env["TINY_TAP_SLEEP"] = "0.3"
+    env = {**job_env(s3_location.uri), **s3_location.env, "TINY_TAP_COUNT": "40"}
+    env["TINY_TAP_SLEEP"] = "0.3"  # 12 s of job: the second container starts well within it
     secret = s3_location.options["aws_secret_access_key"].encode()
     names = [f"ms-race-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     with (
