@@ -37,8 +37,8 @@ engine() {
   elif command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then
     echo podman
   else
-    say "no container engine works here: docker has no daemon and podman or runc is missing" \
-      "(scripts/install-system.sh installs them)"
+    say "no container engine works here: no docker with a running daemon, no podman with runc" \
+      "(scripts/install-system.sh installs podman and runc)"
     return 1
   fi
 }

@@ -245,6 +245,44 @@ def test_stop_in_the_middle_commits_what_the_target_confirmed(image: str, data: 
     assert tap_got(data) == {"bookmarks": {"s": committed}}
 
 
+#: a target that takes longer to end than the grace period: it ignores SIGTERM, and once
+#: its input ends it goes on "flushing"
+SLOW_TARGET = "sh -c 'trap \"\" TERM; python /fixtures/tiny_target.py /data/out.jsonl; sleep 300'"
+
+
+def test_sigkill_after_the_grace_period_leaves_the_lease_to_expire(image: str, data: Path) -> None:
+    env = job_env("file:///data/store", TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.1")
+    env.update(
+        MAPPER_STATE_TARGET=SLOW_TARGET, MAPPER_STATE_STATE_BACKEND__LOCK_TIMEOUT_SECONDS="6"
+    )
+    name = f"ms-kill-{uuid.uuid4().hex[:8]}"
+    with started(data, env, name=name) as job:
+        wait_until(lambda: lines(data / "out.jsonl") >= 3, "three records written", SLOW)
+        host = engine("inspect", "--format", "{{.Config.Hostname}}", name).stdout.decode()
+        stopped = engine("stop", "--time", "2", name)
+        assert stopped.returncode == 0, stopped.stderr
+        job.communicate(timeout=SLOW)
+    assert job.returncode == 137  # SIGKILL: the grace period ran out
+    # nothing released the lease: a run now is refused, naming the killed container
+    quick = {**job_env("file:///data/store", TINY_TAP_COUNT="1")}
+    quick["MAPPER_STATE_STATE_BACKEND__LOCK_TIMEOUT_SECONDS"] = "6"
+    busy = run(data, quick)
+    assert busy.returncode == 3, busy.stderr
+    (said,) = [e for e in json_log(busy.stderr) if "is busy" in e["message"]]
+    assert f"on host {host.strip()} " in said["message"], said
+    committed = stored_state(data / "store", "prod:tiny")
+    # once the lease has expired (its TTL: 6 s), a run takes it over and goes on
+    results: list[subprocess.CompletedProcess[bytes]] = []
+
+    def a_run_goes_through() -> bool:
+        results.append(run(data, quick))
+        return results[-1].returncode == 0
+
+    wait_until(a_run_goes_through, "a run after the lease expired", SLOW)
+    assert {r.returncode for r in results[:-1]} <= {3}, [r.stderr for r in results]
+    assert tap_got(data) == (committed or {})
+
+
 ORPHANING_TAP = """\
 import json, subprocess, sys, time
 print(json.dumps({"type": "SCHEMA", "stream": "s", "schema": {}, "key_properties": []}), flush=True)
