@@ -44,13 +44,19 @@ engine() {
 }
 
 # overlay where the kernel's overlayfs mounts in $STATE_DIR (a container starts in half a
-# second), else vfs (seconds: it copies the image's layers for each container)
+# second), else vfs (seconds: it copies the image's layers for each container); probed once,
+# the answer kept in $STATE_DIR/storage-driver (its images are in that driver's storage)
 storage_driver() {
   if [[ -n ${CONTAINER_STORAGE_DRIVER:-} ]]; then
     echo "$CONTAINER_STORAGE_DRIVER"
     return
   fi
-  local probe=$STATE_DIR/overlay-probe driver=vfs
+  if [[ -f $STATE_DIR/storage-driver ]]; then
+    cat "$STATE_DIR/storage-driver"
+    return
+  fi
+  local probe driver=vfs
+  probe=$(mktemp -d "$STATE_DIR/overlay-probe.XXXXXX")
   mkdir -p "$probe"/{lower,upper,work,merged}
   if [[ $(id -u) -eq 0 ]] && mount -t overlay overlay \
     -o "lowerdir=$probe/lower,upperdir=$probe/upper,workdir=$probe/work" "$probe/merged" 2>/dev/null; then
@@ -58,6 +64,7 @@ storage_driver() {
     driver=overlay
   fi
   rm -rf "$probe"
+  echo "$driver" >"$probe.answer" && mv "$probe.answer" "$STATE_DIR/storage-driver"
   echo "$driver"
 }
 
