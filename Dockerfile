@@ -10,6 +10,8 @@
 #     -e MAPPER_STATE_STATE_BACKEND__URI=s3://my-bucket/states \
 #     -e MAPPER_STATE_TAP="tap-postgres --config /config/tap.json --catalog /config/catalog.json" \
 #     -e MAPPER_STATE_TARGET="target-jsonl --config /config/target.json" my-elt
+#   docker run -e MAPPER_STATE_STATE_ID=prod:daily \
+#     -e MAPPER_STATE_STATE_BACKEND__URI=s3://my-bucket/states my-elt exec -- /jobs/load.sh
 #
 # EXTRAS: s3, azure, gcs, postgres, all (the default) or empty for the local store only.
 # Taps and targets get their own virtual environments (their pins often clash).
