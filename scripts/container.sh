@@ -153,7 +153,13 @@ build_image() {
     args+=(--network none --volume "$(wheelhouse "$wheel" "$extras"):/wheels:ro" --build-arg WHEELS=/wheels)
   fi
   say "building $tag on $base (EXTRAS=$extras) with ${CMD[0]}"
+  local previous
+  previous=$("${CMD[@]}" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
   "${CMD[@]}" "${args[@]}" "$ROOT" >&2
+  # the image the tag named before, now untagged: removed unless a container still uses it
+  if [[ -n $previous && $previous != $("${CMD[@]}" image inspect --format '{{.Id}}' "$tag") ]]; then
+    "${CMD[@]}" rmi "$previous" >/dev/null 2>&1 || true
+  fi
 }
 
 engine_cmd_or_exit() { engine_cmd || exit 1; }
