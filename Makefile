@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 export UV_COMPILE_BYTECODE := 1
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-fast test-e2e test-wheel chaos bench lint format reference dist setup tools clean
+.PHONY: demo test test-fast test-e2e test-wheel chaos bench lint format reference dist image setup tools clean
 
 $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -85,9 +85,16 @@ format: setup
 reference: setup
 	$(BIN)/python scripts/gen-reference.py
 
-# the sdist and the wheel, in dist/ (what the Dockerfile installs)
+# the sdist and the wheel, in dist/ (what the Dockerfile installs); the same sources give
+# the same wheel (its dates are the last commit's), so an image rebuild reuses its layers
 dist: setup
-	uv build --out-dir dist
+	rm -f dist/mapper_state-*
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) uv build --out-dir dist
+
+# the image mapper-state:dev from that wheel (docs/container.md): docker where it works, else
+# podman with the project's settings (scripts/container.sh); EXTRAS=s3 etc. as the build argument
+image: dist
+	scripts/container.sh build mapper-state:dev
 
 clean:
-	rm -rf $(VENV) .tools .mapper-state output
+	rm -rf $(VENV) .tools .mapper-state output .containers

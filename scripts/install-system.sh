@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The system packages the test suite needs: the PostgreSQL 15 server binaries (the
 # end-to-end tests start a throw-away cluster), Node.js with npm (Azurite) and Ceph's
-# monitor, OSD and RADOS Gateway (the tests start a one-node cluster as a second S3).
+# monitor, OSD and RADOS Gateway (the tests start a one-node cluster as a second S3); where
+# no Docker engine works, Podman with runc and mmdebstrap (tests/test_container.py builds the
+# image on a base made from Debian's packages: scripts/container.sh).
 # Installs with apt-get only what is missing, and only when it can (root, apt-get);
 # otherwise it says what to install and lets the tests fail with their own message.
 set -euo pipefail
@@ -13,12 +15,26 @@ command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 for binary in radosgw ceph-mon ceph-osd ceph; do
   command -v "$binary" >/dev/null 2>&1 || { missing+=(radosgw ceph-mon ceph-osd ceph-common); break; }
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+# the container engine: Podman and runc (crun refuses hybrid cgroups), without Podman's
+# recommended extras; mmdebstrap makes the base image where no registry is reachable
+containers=()
+if ! { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }; then
+  command -v podman >/dev/null 2>&1 || containers+=(podman)
+  command -v runc >/dev/null 2>&1 || containers+=(runc)
+  command -v mmdebstrap >/dev/null 2>&1 || containers+=(mmdebstrap)
+fi
+[[ ${#missing[@]} -eq 0 && ${#containers[@]} -eq 0 ]] && exit 0
 
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-  echo "install-system: installing ${missing[*]}" >&2
+  echo "install-system: installing ${missing[*]} ${containers[*]}" >&2
   apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if [[ ${#containers[@]} -gt 0 ]]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${containers[@]}" >/dev/null
+  fi
 else
-  echo "install-system: please install: ${missing[*]}" >&2
+  echo "install-system: please install: ${missing[*]} ${containers[*]}" >&2
 fi

@@ -1,5 +1,6 @@
-"""The Dockerfile, checked without Docker (none here): what it copies, how it installs, who
-it runs as, and its entrypoint run as a container would run it.
+"""The Dockerfile, checked without a container engine: what it copies, how it installs, who
+it runs as, and its entrypoint run as a container would run it. Where an engine works,
+``tests/test_container.py`` builds the image and runs it for real.
 
 The image is built from the wheel in ``dist/`` (``uv build`` first); ``tests/test_wheel.py``
 checks that the wheel ``uv build`` makes matches the Dockerfile's COPY.
@@ -15,6 +16,7 @@ import shlex
 import subprocess
 import tomllib
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -76,9 +78,10 @@ def test_it_runs_as_a_non_root_user() -> None:
 
 
 def _run_install(
-    tmp_path: Path, wheels: list[str], extras: str, plugins: str = ""
+    tmp_path: Path, wheels: list[str], extras: str, plugins: str = "", *, base_has_tini: bool = True
 ) -> tuple[int, str, str]:
-    """The Dockerfile's RUN, with /tmp/dist and the installers replaced by recording stand-ins."""
+    """The Dockerfile's RUN, with /tmp/dist and the installers replaced by recording stand-ins
+    (tests/test_container.py builds the image for real where a container engine works)."""
     (run,) = instructions_of("RUN")
     dist = tmp_path / "dist"
     dist.mkdir(parents=True)
@@ -87,7 +90,7 @@ def _run_install(
     stubs = tmp_path / "bin"
     stubs.mkdir()
     log = tmp_path / "calls"
-    for tool in ("pip", "useradd"):
+    for tool in ("pip", "useradd", "apt-get"):
         stub = stubs / tool
         stub.write_text(f'#!/bin/sh\necho "{tool} $*" >>"{log}"\n')
         stub.chmod(0o755)
@@ -101,11 +104,13 @@ def _run_install(
         run.replace("/tmp/dist", str(dist))
         .replace("/opt/plugins", str(tmp_path / "opt"))
         .replace("/usr/local/bin", str(tmp_path / "usr-local-bin"))
+        .replace("command -v tini", "true" if base_has_tini else "false")
     )
     (tmp_path / "usr-local-bin").mkdir()
     env = {
         **os.environ,
         "PATH": f"{stubs}:{os.environ['PATH']}",
+        "WHEELS": os.environ.get("WHEELS", ""),
         "EXTRAS": extras,
         "PLUGINS": plugins,
     }
@@ -127,6 +132,26 @@ def test_it_installs_the_wheel_with_its_extras(tmp_path: Path) -> None:
     code, calls, err = _run_install(tmp_path / "none", [wheel], "")
     assert code == 0, err
     assert f"pip install --no-cache-dir {tmp_path}/none/dist/{wheel}\n" in calls
+
+
+def test_it_installs_from_a_mounted_wheelhouse_alone(tmp_path: Path) -> None:
+    wheel = "mapper_state-0.1.0-py3-none-any.whl"
+    with mock.patch.dict(os.environ, {"WHEELS": "/wheels"}):
+        code, calls, err = _run_install(tmp_path, [wheel], "s3")
+    assert code == 0, err
+    expected = (
+        f"pip install --no-cache-dir --no-index --find-links /wheels {tmp_path}/dist/{wheel}[s3]"
+    )
+    assert expected + "\n" in calls
+
+
+@pytest.mark.parametrize("has_tini", [True, False], ids=["base-has-tini", "python-slim"])
+def test_it_installs_tini_where_the_base_lacks_it(tmp_path: Path, has_tini: bool) -> None:
+    wheel = "mapper_state-0.1.0-py3-none-any.whl"
+    code, calls, err = _run_install(tmp_path, [wheel], "", base_has_tini=has_tini)
+    assert code == 0, err
+    installs = "apt-get install -y --no-install-recommends tini\n" in calls
+    assert installs is not has_tini, calls
 
 
 TWO_WHEELS = ["mapper_state-0.1.0-py3-none-any.whl", "mapper_state-0.2.0-py3-none-any.whl"]
@@ -155,7 +180,11 @@ def test_it_gives_each_plugin_a_virtualenv(tmp_path: Path) -> None:
 def test_entrypoint_runs_the_job_from_environment_only(tmp_path: Path) -> None:
     instructions = dockerfile_instructions()
     entrypoint = json.loads(next(rest for kw, rest in instructions if kw == "ENTRYPOINT"))
-    assert entrypoint[:1] == ["mapper-state"]
+    command = json.loads(next(rest for kw, rest in instructions if kw == "CMD"))
+    # tini as PID 1 (tests/test_container.py checks it in a running container), then
+    # mapper-state with the default command `run`
+    assert entrypoint[:3] == ["tini", "--", "mapper-state"], entrypoint
+    assert command == ["run"], command
     env = clean_env()
     for keyword, rest in instructions:
         if keyword == "ENV":
@@ -168,7 +197,7 @@ def test_entrypoint_runs_the_job_from_environment_only(tmp_path: Path) -> None:
         MAPPER_STATE_TARGET=tiny_target(tmp_path / "out"),
     )
     result = subprocess.run(
-        [MAPPER, *entrypoint[1:]],
+        [MAPPER, *entrypoint[3:], *command],
         cwd=tmp_path,
         env=env,
         capture_output=True,
