@@ -153,7 +153,7 @@ def test_a_store_package_is_a_meltano_state_backend(
     both = {"bookmarks": {"s1": {"id": 1}, "s2": {"id": 2}}}
     assert json.loads(_ok(project, "state", "get", "dev:a")) == {"singer_state": both}
     assert _ok(project, "state", "list").split() == ["dev:a"]
-    settings = _ok(project, "config", "meltano", "list")
+    settings = _ok(project, "config", "list", "meltano")
     assert "state_backend.mapper-state+sqlite.busy_timeout" in settings
 
     # plain mapper-state, on the store's own URI, reads what Meltano wrote
