@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 export UV_COMPILE_BYTECODE := 1
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-fast test-e2e test-wheel chaos bench lint format reference dist image setup tools clean
+.PHONY: demo test test-fast test-e2e test-wheel chaos bench lint format reference dist image setup tools clean mutants
 
 $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -76,6 +76,11 @@ lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/gen-reference.py --check
 	$(BIN)/python scripts/gen-backend-entry-points.py --check
+
+# the mutation study (scripts/mutants.py): break each safety line in a scratch copy and
+# run the tests that must notice; not part of `make test` (it reruns test files per mutant)
+mutants: setup
+	$(BIN)/python scripts/mutants.py
 
 format: setup
 	$(BIN)/ruff check --fix .

@@ -15,12 +15,14 @@ from typing import Any
 
 from mapper_state.settings import RUN_SETTINGS, Settings, SettingSpec, SettingsSource, load
 from mapper_state.stores import store_settings, store_types
+from mapper_state.stores.base import StoreType
 
 
-def catalog() -> tuple[SettingSpec, ...]:
-    """Every setting: the state ID, store location and lease, then each store's, then the rest."""
+def catalog(stores: Iterable[StoreType] | None = None) -> tuple[SettingSpec, ...]:
+    """Every setting: the state ID, store location and lease, then each store's (of
+    ``stores``, default every installed one), then the rest."""
     last = max(i for i, s in enumerate(RUN_SETTINGS) if s.name.startswith("state_backend."))
-    return (*RUN_SETTINGS[: last + 1], *store_settings(), *RUN_SETTINGS[last + 1 :])
+    return (*RUN_SETTINGS[: last + 1], *store_settings(stores), *RUN_SETTINGS[last + 1 :])
 
 
 def load_settings(

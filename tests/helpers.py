@@ -8,7 +8,7 @@ import pty
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -210,20 +210,6 @@ class StoreCli:
                 _, section, name = key.split("__")
                 options.setdefault(section.lower(), {})[name.lower()] = value
         return open_store(uri, options)
-
-
-def count_pages(store: Any) -> Callable[[], int]:
-    """Count the listing pages a paged cloud store asks its server for from now on."""
-    pages = 0
-    original = store._list_page
-
-    def counted(*args: object) -> object:
-        nonlocal pages
-        pages += 1
-        return original(*args)
-
-    store._list_page = counted
-    return lambda: pages
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

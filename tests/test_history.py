@@ -18,8 +18,9 @@ from mapper_state.ops.summary import summarize_change
 from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
+from mapper_state.testing.store_contract import count_pages
 from tests.conftest import ON_BOTH
-from tests.helpers import StoreCli, count_pages, state_line
+from tests.helpers import StoreCli, state_line
 from tests.servers import StoreLocation
 from tests.support.cli import invoke_filter
 from tests.support.cli import invoke_on_store as mapper

@@ -27,12 +27,16 @@ def test_every_shared_store_has_a_scheme_naming_it() -> None:
 def test_the_wheel_declares_them_to_meltano() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     backends = project["entry-points"]["meltano.state_backends"]
-    assert set(backends) == set(backend_schemes.schemes())
+    assert set(backends) == set(backend_schemes.schemes(backend_schemes.builtin_offered_stores()))
     declared = project["entry-points"]["meltano.settings"]
     assert "state_backend.mapper-state+s3.aws_secret_access_key" in declared
     assert "state_backend.lock_wait_seconds" in declared
     assert {v.rpartition(":")[2] for v in declared.values()} == {
-        attr for attr, _ in backend_schemes.addon_settings()
+        "lock_wait_seconds",
+        *(
+            attr
+            for attr, _ in backend_schemes.addon_settings(backend_schemes.builtin_offered_stores())
+        ),
     }
 
 

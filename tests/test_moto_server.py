@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.contract.racing import race
+from mapper_state.testing import race
 from tests.servers import Emulator
 from tests.support.sdk import new_bucket, s3_client
 

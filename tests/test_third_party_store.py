@@ -149,3 +149,20 @@ def test_a_bug_in_a_store_is_exit_1_in_one_line_with_secrets_hidden(
     assert debug.returncode == 1
     assert b"Traceback" in debug.stderr
     assert token.encode() not in debug.stderr
+
+
+@pytest.mark.parametrize("script", ["gen-reference.py", "gen-backend-entry-points.py"])
+def test_the_generated_files_list_only_the_built_in_stores(tiny_site: Path, script: str) -> None:
+    # a contributor with a store plugin installed: `make lint` checks the generated files
+    about = run_cli("--about", env=_env(tiny_site)).stdout.decode()
+    assert "MAPPER_STATE_STATE_BACKEND__TINY__TOKEN" in about  # the plugin is installed
+    root = Path(__file__).resolve().parent.parent
+    check = subprocess.run(
+        [sys.executable, str(root / "scripts" / script), "--check"],
+        capture_output=True,
+        text=True,
+        env=_env(tiny_site),
+        timeout=120,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -95,10 +95,14 @@ def test_the_wheel_metadata_is_complete(built_dist: Dist) -> None:
     assert "Programming Language :: Python :: 3.11" in classifiers
     assert "Typing :: Typed" in classifiers
     assert not any(c.startswith("License ::") for c in classifiers)  # the expression says it
-    assert {"s3", "azure", "gcs", "all"} <= set(fields["Provides-Extra"])
+    assert {"s3", "azure", "gcs", "all", "testing"} <= set(fields["Provides-Extra"])
     requires = fields["Requires-Dist"]
     assert any(r.startswith("boto3") and 'extra == "s3"' in r for r in requires)
     assert any(r.startswith("google-cloud-storage") and 'extra == "gcs"' in r for r in requires)
+    # the shipped store contract needs pytest; a run never does
+    pytests = [r for r in requires if r.startswith("pytest")]
+    assert pytests
+    assert all('extra == "testing"' in r or 'extra == "dev"' in r for r in pytests), pytests
 
 
 def test_the_sdist_rebuilds_the_wheel_and_carries_the_docs(built_dist: Dist) -> None:

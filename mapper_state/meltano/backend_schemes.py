@@ -8,19 +8,27 @@ Meltano 4.4.1 accepts such a name as a URI scheme, as a settings namespace in
 ``meltano.yml`` and in ``meltano config set``, and turns it into environment variable
 names with every other character an underscore (``MELTANO_STATE_BACKEND_MAPPER_STATE_S3_REGION``).
 
+The add-on serves every store it finds: the built-in ones, whose entry points mapper-state's
+wheel declares, and those registered through the ``mapper_state.stores`` entry-point group.
+Meltano finds a backend by its own ``meltano.state_backends`` entry points, so a store's
+package declares its ``mapper-state+<scheme>`` there; this module prints the lines::
+
+    python -m mapper_state.meltano.backend_schemes my_store:STORE
+
 This module imports nothing of Meltano: ``scripts/gen-backend-entry-points.py`` writes the
-entry points of ``pyproject.toml`` from it, and :mod:`mapper_state.meltano.backend` reads
-its settings through it.
+entry points of ``pyproject.toml`` from it (the built-in stores only), and
+:mod:`mapper_state.meltano.backend` reads its settings through it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 
 from mapper_state.settings import RUN_SETTINGS, SettingSpec
-from mapper_state.stores import BUILTIN, split_uri
+from mapper_state.stores import builtin_store_types, split_uri, store_types
 from mapper_state.stores.base import StoreType
 
 PREFIX = "mapper-state+"
@@ -49,9 +57,13 @@ LOCK_WAIT = SettingSpec(
 
 
 def offered_stores() -> tuple[StoreType, ...]:
-    """The built-in stores the add-on offers (its entry points are written in the wheel)."""
-    stores = (importlib.import_module(name).STORE for name in BUILTIN)
-    return tuple(s for s in stores if s.section not in NOT_OFFERED)
+    """Every store the add-on serves: the built-in ones, then the registered ones."""
+    return tuple(s for s in store_types() if s.section not in NOT_OFFERED)
+
+
+def builtin_offered_stores() -> tuple[StoreType, ...]:
+    """The built-in stores the add-on offers (their entry points are written in the wheel)."""
+    return tuple(s for s in builtin_store_types() if s.section not in NOT_OFFERED)
 
 
 def scheme_of(store: StoreType) -> str:
@@ -59,9 +71,10 @@ def scheme_of(store: StoreType) -> str:
     return PREFIX + store.schemes[0]
 
 
-def schemes() -> dict[str, StoreType]:
-    """``{add-on scheme: store}``, in declaration order."""
-    return {scheme_of(store): store for store in offered_stores()}
+def schemes(stores: Iterable[StoreType] | None = None) -> dict[str, StoreType]:
+    """``{add-on scheme: store}`` of ``stores`` (default every offered one), in order."""
+    chosen = offered_stores() if stores is None else stores
+    return {scheme_of(store): store for store in chosen}
 
 
 def store_uri(uri: str) -> str:
@@ -86,10 +99,15 @@ def scheme_settings(store: StoreType) -> tuple[SettingSpec, ...]:
     )
 
 
-def addon_settings() -> Iterator[tuple[str, SettingSpec]]:
-    """Every setting the add-on declares to Meltano, with the attribute that holds it."""
-    yield "lock_wait_seconds", LOCK_WAIT
-    for store in offered_stores():
+def addon_settings(
+    stores: Iterable[StoreType] | None = None,
+) -> Iterator[tuple[str, SettingSpec]]:
+    """Every setting the add-on declares to Meltano (for ``stores``, default every offered
+    one), with the attribute of :mod:`~mapper_state.meltano.backend_settings` that holds it.
+    The lease's bound is the add-on's own: it comes only with the default."""
+    if stores is None:
+        yield "lock_wait_seconds", LOCK_WAIT
+    for store in offered_stores() if stores is None else stores:
         for spec in scheme_settings(store):
             yield f"{store.section}__{spec.name.rsplit('.', 1)[1]}", spec
 
@@ -101,15 +119,45 @@ def ours(store: StoreType, short_name: str) -> str:
     return f"state_backend.{store.section}.{short_name}"
 
 
-def entry_points_toml() -> str:
-    """The two ``[project.entry-points]`` tables of ``pyproject.toml``."""
+def entry_points_toml(stores: Iterable[StoreType] | None = None) -> str:
+    """The two ``[project.entry-points]`` tables of a ``pyproject.toml``: by default
+    mapper-state's own (the built-in stores and the add-on's lease bound); for ``stores``,
+    those a store's package declares so that Meltano serves it as ``mapper-state+<scheme>``.
+    """
+    chosen = tuple(stores) if stores is not None else builtin_offered_stores()
     lines = ['[project.entry-points."meltano.state_backends"]']
     lines += [
-        f'"{scheme}" = "mapper_state.meltano.backend:MapperStateBackend"' for scheme in schemes()
+        f'"{scheme}" = "mapper_state.meltano.backend:MapperStateBackend"'
+        for scheme in schemes(chosen)
     ]
     lines += ["", '[project.entry-points."meltano.settings"]']
+    if stores is None:
+        lines.append(
+            f'"{LOCK_WAIT.name}" = "mapper_state.meltano.backend_settings:lock_wait_seconds"'
+        )
     lines += [
         f'"{spec.name}" = "mapper_state.meltano.backend_settings:{attr}"'
-        for attr, spec in addon_settings()
+        for attr, spec in addon_settings(chosen)
     ]
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """Print the entry points a store's package declares: ``module:STORE`` arguments."""
+    if not argv:
+        print("usage: python -m mapper_state.meltano.backend_schemes module:STORE ...")
+        return 2
+    stores = []
+    for ref in argv:
+        module, _, attribute = ref.partition(":")
+        store = getattr(importlib.import_module(module), attribute or "STORE")
+        if not isinstance(store, StoreType):
+            print(f"{ref} is not a mapper-state StoreType")
+            return 2
+        stores.append(store)
+    sys.stdout.write(entry_points_toml(stores))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -33,10 +33,16 @@ BUILTIN = (
 )
 
 
+def builtin_store_types() -> tuple[StoreType, ...]:
+    """The stores that ship with mapper-state: the generated files list these only, so that
+    they do not depend on what else is installed."""
+    return tuple(importlib.import_module(name).STORE for name in BUILTIN)
+
+
 @functools.cache
 def store_types() -> tuple[StoreType, ...]:
     """Every store: the built-in ones, then those registered through the entry-point group."""
-    found = [importlib.import_module(name).STORE for name in BUILTIN]
+    found = list(builtin_store_types())
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         loaded = ep.load()
         if isinstance(loaded, StoreType):
@@ -46,11 +52,12 @@ def store_types() -> tuple[StoreType, ...]:
     return tuple(found)
 
 
-def store_settings() -> tuple[SettingSpec, ...]:
-    """Every store's settings, by their full names ``state_backend.<section>.<name>``."""
+def store_settings(stores: Iterable[StoreType] | None = None) -> tuple[SettingSpec, ...]:
+    """Every store's settings (of ``stores``, default all), by their full names
+    ``state_backend.<section>.<name>``."""
     return tuple(
         dataclasses.replace(spec, name=f"state_backend.{store.section}.{spec.name}")
-        for store in store_types()
+        for store in (store_types() if stores is None else stores)
         for spec in store.settings
     )
 

@@ -19,7 +19,9 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    :class:`PreconditionFailed` when the object exists.
 4. ``replace`` must be an atomic compare-and-swap on the version returned by ``read``,
    ``create`` or a previous ``replace`` (ETag, generation...), raising
-   :class:`PreconditionFailed` on a mismatch or when the object is gone.
+   :class:`PreconditionFailed` on a mismatch or when the object is gone. A version
+   never repeats for a key, not even after a delete (no counter restarting at 1): a
+   stale version must never match a newer object.
 5. ``delete`` with ``if_version`` is conditional in the same way; without it, it
    is unconditional and deleting an absent object is not an error.
 6. ``list`` yields every key under a key prefix, following pagination. Optionally,
@@ -43,7 +45,10 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    store joins its prefix exactly once, whatever slashes the user typed.
 10. Import the SDK inside the store's implementation only (the import-linter contract
    in ``pyproject.toml`` checks it).
-11. Run ``tests/contract`` against it with a fixture that starts a real server.
+11. Run :mod:`mapper_state.testing` (``StoreContract``, ``LeaseContract``) against it
+   with fixtures that open it on a real server (see ``docs/stores.md``).
+12. A store object is called from several threads at once (the lease's heartbeat
+   renews while the run reads and writes): make it thread-safe.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The contracts of a store on a test server's location.
+"""The contracts of a store on one of the test servers' locations.
 
-:class:`OnLocation` runs the store and lease contracts with two clients opened on
-``location`` (anything with ``open()``: a :class:`~tests.servers.StoreLocation`, a
+:class:`~mapper_state.testing.OnLocation` (shipped) runs the store and lease contracts
+with two clients opened on ``location`` (a :class:`~tests.servers.StoreLocation`, a
 PostgreSQL location); :class:`OnEmulator` also hands on what the emulator is measured
 to ignore; :class:`PrefixContract` checks a URI's ``bucket/prefix`` is joined exactly once.
 
@@ -13,27 +13,14 @@ bucket, listed with the service's own SDK, not the store).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from mapper_state.stores import store_type
-from mapper_state.stores.base import BlobStore
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.store_contract import StoreContract
+from mapper_state.testing import OnLocation
 from tests.servers import StoreLocation
 
-
-class OnLocation(StoreContract, LeaseContract):
-    @pytest.fixture
-    def store(self, location: Any) -> BlobStore:
-        store: BlobStore = location.open()
-        return store
-
-    @pytest.fixture
-    def second_client(self, location: Any) -> BlobStore:
-        client: BlobStore = location.open()
-        return client
+__all__ = ["OnEmulator", "OnLocation", "PrefixContract"]
 
 
 class OnEmulator(OnLocation):

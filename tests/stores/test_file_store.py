@@ -10,8 +10,7 @@ import pytest
 
 from mapper_state.stores.base import BlobStore, StoreError
 from mapper_state.stores.file import FileStore
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.store_contract import StoreContract
+from mapper_state.testing import LeaseContract, StoreContract
 
 
 class TestFileStore(StoreContract, LeaseContract):

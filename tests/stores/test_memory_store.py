@@ -8,8 +8,7 @@ import pytest
 
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
-from tests.contract.lease_contract import LeaseContract
-from tests.contract.store_contract import StoreContract
+from mapper_state.testing import LeaseContract, StoreContract
 
 
 class TestMemoryStore(StoreContract, LeaseContract):

@@ -4,7 +4,7 @@ A store's test module subclasses :class:`StoreContract` and provides two fixture
 ``store`` (a fresh store on an empty prefix of a real server) and ``second_client``
 (another, independent client on the same location, as another process would have).
 A server measured to ignore conditional deletes says so by overriding the fixture
-``ignores_delete_preconditions`` (from its :class:`~tests.servers.Emulator`).
+``ignores_delete_preconditions``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,21 @@ from mapper_state.errors import LeaseLost
 from mapper_state.stores import deadline
 from mapper_state.stores.base import BlobStore, PreconditionFailed, listing
 from mapper_state.stores.deadline import DeadlinePassed
-from tests.contract.racing import race
-from tests.helpers import count_pages
+from mapper_state.testing.racing import race
+
+
+def count_pages(store: Any) -> Callable[[], int]:
+    """Count the listing pages a paged cloud store asks its server for from now on."""
+    pages = 0
+    original = store._list_page
+
+    def counted(*args: object) -> object:
+        nonlocal pages
+        pages += 1
+        return original(*args)
+
+    store._list_page = counted
+    return lambda: pages
 
 
 def went_through(write: Callable[[], object]) -> bool:
@@ -93,6 +107,42 @@ class StoreContract:
         with pytest.raises(PreconditionFailed):
             store.replace("k", b"two", if_version=v1)
         assert store.read("k") is None
+
+    def test_a_version_never_repeats_after_a_delete(self, store: BlobStore) -> None:
+        # a counter that restarts at 1 when the key is recreated would let a stale version
+        # match a newer object (A-B-A): a stalled holder renewing another run's lease
+        seen = [store.create("aba", b"first life 1")]
+        seen.append(store.replace("aba", b"first life 2", if_version=seen[-1]))
+        store.delete("aba")
+        version = store.create("aba", b"second life 1")
+        for n in range(2, 4):
+            assert version not in seen, f"version {version!r} came back after a delete"
+            seen.append(version)
+            version = store.replace("aba", f"second life {n}".encode(), if_version=version)
+        for stale in seen[:2]:
+            with pytest.raises(PreconditionFailed):
+                store.replace("aba", b"stale writer", if_version=stale)
+        blob = store.read("aba")
+        assert blob is not None
+        assert blob.data == b"second life 3"
+
+    def test_one_store_object_serves_two_threads(self, store: BlobStore) -> None:
+        # the lease's heartbeat renews from its own thread while the run reads and writes
+        def work(i: int) -> bool:
+            key = f"thread-{i}/state.json"
+            version = store.create(key, b"0")
+            for n in range(1, 6):
+                version = store.replace(key, str(n).encode(), if_version=version)
+                blob = store.read(key)
+                assert blob is not None
+                assert blob.version == version
+            return True
+
+        assert race([functools.partial(work, i) for i in range(2)]) == [0, 1]
+        for i in range(2):
+            blob = store.read(f"thread-{i}/state.json")
+            assert blob is not None
+            assert blob.data == b"5"
 
     def test_delete_unconditional_and_absent(self, store: BlobStore) -> None:
         store.create("k", b"one")

@@ -16,7 +16,7 @@ from mapper_state.core import state
 from mapper_state.core.lease import Lease, break_lease, read_lease, releases_by_delete
 from mapper_state.errors import LeaseBusy, LeaseLost
 from mapper_state.stores.base import BlobStore
-from tests.contract.racing import race
+from mapper_state.testing.racing import race
 
 
 class LeaseContract:
@@ -118,6 +118,27 @@ class LeaseContract:
         with pytest.raises(LeaseLost):
             state.save(store, "cas", {"b": 3}, None)  # we saw none, someone created it
         assert state.load(store, "cas").value == {"b": "other writer"}
+
+    def test_a_stalled_holder_cannot_renew_a_lease_created_after_its_own(
+        self, store: BlobStore, second_client: BlobStore
+    ) -> None:
+        # its lease expired, was taken over and released, then a third run created a new
+        # one: a store whose versions restart after a delete would let the stalled holder's
+        # version match the new lease (A-B-A)
+        stalled = Lease(store, "aba", ttl=0.5)
+        stalled.acquire()
+        time.sleep(0.7)
+        taker = Lease(second_client, "aba", ttl=30)
+        taker.acquire()
+        taker.release()
+        newest = Lease(second_client, "aba", ttl=30, run_id="newest")
+        newest.acquire()
+        with pytest.raises(LeaseLost):
+            stalled.renew()
+        record, _ = read_lease(store, "aba")
+        assert record is not None
+        assert record.run_id == "newest"
+        newest.release()
 
     def test_release_of_a_lost_lease_leaves_the_new_holder_alone(
         self, store: BlobStore, second_client: BlobStore

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Break the code on purpose, one safety line at a time, and see whether a test notices.
+
+Each mutant names a file, an exact snippet of it, its replacement and the tests that must
+catch it. The study copies the checkout into a scratch directory with a virtualenv of its
+own (so that every process a test starts runs the mutated code), applies one mutant,
+runs its tests against their real servers, restores the file, and records whether a test
+failed (caught) or none did (survived). A snippet that is not found exactly once stops
+the study before anything runs: the code moved, so the mutant must be re-targeted.
+
+    .venv/bin/python scripts/mutants.py                # every mutant (make mutants)
+    .venv/bin/python scripts/mutants.py --list         # check every snippet, run nothing
+    .venv/bin/python scripts/mutants.py -k redaction   # the mutants whose name holds it
+
+It prints the table of ``docs/reliability.md`` (name, caught or survived, the seconds
+its tests took) and exits 1 if a mutant survived. It is not part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.dist import checkout_files  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = (
+    Mutant(
+        "filter/run commit: no lease confirmation before the state write",
+        "mapper_state/core/session.py",
+        "        self.lease.confirm()\n        self._version = state.save(",
+        "        self._version = state.save(",
+        ("tests/test_lease_cli.py", "tests/test_cli_lock.py"),
+    ),
+    Mutant(
+        "state set/merge/edit commit: no lease confirmation before the state write",
+        "mapper_state/ops/writes.py",
+        "    lease.confirm()\n    serial = snapshot.next_serial",
+        "    serial = snapshot.next_serial",
+        ("tests/test_cli_state.py", "tests/test_cli_lock.py", "tests/test_lease_cli.py"),
+    ),
+    Mutant(
+        "state clear commit: no lease confirmation before the delete",
+        "mapper_state/ops/writes.py",
+        "    lease.confirm()\n    try:\n        delete_held(",
+        "    try:\n        delete_held(",
+        ("tests/test_cli_state.py", "tests/test_cli_lock.py", "tests/test_lease_cli.py"),
+    ),
+    Mutant(
+        "Meltano add-on set: no lease confirmation before the state write",
+        "mapper_state/meltano/backend.py",
+        "        lease.confirm()  # fencing: the lease is still ours...\n",
+        "",
+        ("tests/e2e/test_meltano_backend.py",),
+    ),
+    Mutant(
+        "Meltano add-on set: the write not conditional on the version read (no compare-and-swap)",
+        "mapper_state/meltano/backend.py",
+        "            verdict.value,\n            prior.version,",
+        "            verdict.value,\n            state.load(self.store, state_id).version,",
+        ("tests/e2e/test_meltano_backend.py",),
+    ),
+    Mutant(
+        "Meltano add-on acquire_lock: no lease taken",
+        "mapper_state/meltano/backend.py",
+        "            holder = self._wait_for(lease)",
+        "            holder = None",
+        ("tests/e2e/test_meltano_backend.py",),
+    ),
+    Mutant(
+        "run: a target's echoed Singer STATE message stored wrapped",
+        "mapper_state/stream/pump.py",
+        '            value = value["value"]  # a target that echoes Singer STATE messages: their value',
+        "            pass",
+        ("tests/test_run.py", "tests/test_passthrough.py"),
+    ),
+    Mutant(
+        "A-B-A: a store whose version restarts at 1 when a key is created again",
+        "mapper_state/stores/memory.py",
+        '                raise PreconditionFailed(f"{key} already exists")\n            version = self._new_version()',
+        '                raise PreconditionFailed(f"{key} already exists")\n            version = "1"',
+        ("tests/stores/test_memory_store.py",),
+    ),
+    Mutant(
+        "_prove_exclusive returns at once",
+        "mapper_state/core/lease.py",
+        "        if not self.store.traits.proves_create_condition or self.record is None:\n            return",
+        "        return",
+        ("tests/chaos/test_unsafe_stores.py",),
+    ),
+    Mutant(
+        "a create or takeover whose answer was lost: the lease that landed is not adopted",
+        "mapper_state/core/lease.py",
+        "            if blob is None or found is None or not self._ours(found):\n                raise exc\n",
+        "            raise exc\n",
+        ("tests/chaos/test_unknown_outcomes.py",),
+    ),
+    Mutant(
+        "the heartbeat swallows a lost lease (on_lost never called)",
+        "mapper_state/core/lease.py",
+        "            if on_lost:\n                on_lost(self.lost)",
+        "            pass",
+        ("tests/test_lease_cli.py",),
+    ),
+    Mutant(
+        "_release_if_ours releases without checking the record is ours",
+        "mapper_state/core/lease.py",
+        "            if blob is None or found is None or not self._ours(found):\n                return\n            if failed",
+        "            if blob is None or found is None:\n                return\n            if failed",
+        ("tests/chaos/test_unknown_outcomes.py", "tests/chaos/test_wire_faults.py"),
+    ),
+    Mutant(
+        "the store deadline is not lowered to a third of the lease TTL",
+        "mapper_state/stores/__init__.py",
+        "min(deadline, settings.lock_timeout / 3)",
+        "deadline",
+        (
+            "tests/stores/test_postgres_store.py::test_a_stuck_server_cannot_hold_a_call_past_the_deadline",
+        ),
+    ),
+    Mutant(
+        "the pump loses a partial line between two reads",
+        "mapper_state/stream/pump.py",
+        "        if first_nl < 0:\n            self._extend_carry(chunk[:end])\n            return",
+        "        if first_nl < 0:\n            return",
+        ("tests/test_passthrough.py",),
+    ),
+    Mutant(
+        "the empty-state guard is off",
+        "mapper_state/core/bookmarks.py",
+        "    if allow_reset or full_refresh or not holds_bookmarks(stored):",
+        "    if True:",
+        ("tests/test_guard.py",),
+    ),
+    Mutant(
+        "the unknown-variable warning is silent",
+        "mapper_state/settings.py",
+        "    warnings = unknown_variables(specs, env)",
+        "    warnings: list[str] = []",
+        ("tests/test_cli_messages.py", "tests/test_config_cli.py"),
+    ),
+    Mutant(
+        "redaction hides only a secret's first 20 characters",
+        "mapper_state/redact.py",
+        "            text = text.replace(secret, MASK)",
+        "            text = text.replace(secret[:20], MASK)",
+        ("tests/test_cli_messages.py", "tests/test_third_party_store.py", "tests/test_habits.py"),
+    ),
+)
+
+
+def check(mutants: tuple[Mutant, ...], root: Path) -> list[str]:
+    """Every mutant whose snippet is not found exactly once, with the count."""
+    problems = []
+    for m in mutants:
+        count = (root / m.path).read_text().count(m.original)
+        if count != 1:
+            problems.append(f"{m.name}: snippet found {count} times in {m.path}")
+    return problems
+
+
+def scratch_copy() -> Path:
+    """The checkout's files in a temporary directory, with a virtualenv of their own."""
+    scratch = Path(tempfile.mkdtemp(prefix="mapper-state-mutants-"))
+    for rel in checkout_files():
+        (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, scratch / rel)
+    if (ROOT / ".tools").exists():
+        (scratch / ".tools").symlink_to((ROOT / ".tools").resolve())
+    subprocess.run(["make", "setup"], cwd=scratch, check=True, capture_output=True)
+    return scratch
+
+
+def run(m: Mutant, scratch: Path) -> tuple[bool, float]:
+    """Apply ``m`` in ``scratch``, run its tests, restore: (caught, seconds)."""
+    target = scratch / m.path
+    original = target.read_text()
+    target.write_text(original.replace(m.original, m.replacement, 1))
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            [str(scratch / ".venv/bin/pytest"), "-q", "-x", "-p", "no:cacheprovider", *m.tests],
+            cwd=scratch,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        target.write_text(original)
+    if result.returncode not in (0, 1):  # 2..5: interrupted, usage, no tests: not a verdict
+        raise SystemExit(f"{m.name}: pytest exited {result.returncode}\n{result.stdout[-3000:]}")
+    return result.returncode == 1, time.monotonic() - started
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", default="", help="only the mutants whose name holds this")
+    parser.add_argument("--list", action="store_true", help="check the snippets, run nothing")
+    args = parser.parse_args(argv)
+    chosen = tuple(m for m in MUTANTS if args.k.lower() in m.name.lower())
+    problems = check(MUTANTS, ROOT)
+    if problems:
+        print("the code moved: re-target these mutants first\n  " + "\n  ".join(problems))
+        return 2
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}\n    {m.path}; {' '.join(m.tests)}")
+        return 0
+    scratch = scratch_copy()
+    try:
+        print("| mutant | verdict | tests run | seconds |\n|---|---|---|---|", flush=True)
+        survived = 0
+        for m in chosen:
+            caught, seconds = run(m, scratch)
+            survived += not caught
+            verdict = "caught" if caught else "**survived**"
+            tests = ", ".join(f"`{t}`" for t in m.tests)
+            print(f"| {m.name} | {verdict} | {tests} | {seconds:.0f} |", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
