@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -11,13 +13,19 @@ from tests.helpers import StoreCli
 pytest_plugins = ["tests.servers", "tests.rgw", "tests.pg", "tests.dist"]
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
-#: The longest tests (a minute and more each: the scoreboard, Meltano, real plugins, racing
-#: processes, servers) start first: with ``--dist worksteal`` each worker runs its share
-#: from the head and idle workers steal from the tail, so the run does not end with one
-#: long test on one core while the others wait. In order: these files, then tests marked
-#: ``e2e``, the chaos suite, tests marked ``cloud``, the store suites, the rest.
-LONGEST_FIRST = ("tests/test_benchmarks_smoke.py", "tests/e2e/test_meltano")
+#: The longest tests (a minute and more each: Meltano's own state tests, whole Meltano runs,
+#: the container image, the scoreboard, real plugins, racing processes, servers) start
+#: first, in this order; then tests marked ``e2e``, the chaos suite, tests marked ``cloud``,
+#: the store suites, the rest.
+LONGEST_FIRST = (
+    "tests/e2e/test_meltano_own_tests.py",
+    "tests/test_container.py",
+    "tests/e2e/test_meltano_run_lease.py",
+    "tests/test_benchmarks_smoke.py",
+    "tests/e2e/test_meltano",
+)
 
 
 def _start_rank(item: pytest.Item) -> int:
@@ -35,10 +43,28 @@ def _start_rank(item: pytest.Item) -> int:
     return len(LONGEST_FIRST) + next((i for i, hit in enumerate(later) if hit), len(later))
 
 
+def dealt(items: list[T], hands: int) -> list[T]:
+    """``items`` dealt like cards into ``hands`` runs laid end to end, each in their order.
+
+    pytest-xdist's ``worksteal`` gives each worker one contiguous run of the collection
+    (the first third to the first of three workers, and so on), and an idle worker steals
+    from the *tail* of another's run. Sorted longest first and not dealt, every long test
+    would sit at the head of the first worker's run, to be run one after the other by it
+    alone while the others steal its short tail: dealt, each worker starts with its share
+    of the long tests. The last hand is dealt first, so that the hands are as long as the
+    runs worksteal cuts (it gives the odd items to the last workers).
+    """
+    if hands <= 1:
+        return list(items)
+    return [items[i] for hand in reversed(range(hands)) for i in range(hand, len(items), hands)]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first (a stable sort: every worker collects the same order)."""
+    """Longest first (a stable sort: every worker collects the same order), dealt among
+    the workers of ``-n N``."""
     items.sort(key=_start_rank)
+    items[:] = dealt(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
 #: ``@pytest.mark.parametrize("store_cli", ON_BOTH, indirect=True)``: the local store and S3.
