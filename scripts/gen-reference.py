@@ -200,7 +200,9 @@ def plugin_definition() -> dict[str, Any]:
         "docs": f"{PROJECT_URL}/blob/main/docs/meltano.md",
         "pip_url": "mapper-state",
         "executable": "mapper-state",
-        "capabilities": ["about"],
+        # structured-logging: Meltano re-emits a warning or an error at its level
+        # (mapper_state.meltano.env.parses_structured_lines)
+        "capabilities": ["about", "structured-logging"],
         "maintenance_status": "beta",
         "keywords": ["state", "lock", "s3", "gcs", "azure", "postgresql"],
         "settings_group_validation": [["state_id"]],

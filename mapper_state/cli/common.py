@@ -190,6 +190,7 @@ def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Se
     project = meltano_project.ProjectSource()
     settings = load_settings(flags, config_files, sources=[project, meltano_env.SOURCE])
     log.configure(settings)
+    log.singer_sdk_lines(meltano_env.parses_structured_lines())
     for warning in settings.warnings:
         log.warning(warning)
     if settings.sources.get(URI_SETTING) == project.label and project.file is not None:
