@@ -33,6 +33,9 @@ need "$TAP_SAMPLE" "uv pip install --python .venv/bin/python -e examples/tap-sam
 need "$TARGET_JSONL" "run scripts/install-tools.sh"
 
 # A fresh working directory: the store (.mapper-state/), the data and the output live there.
+# It lies inside the repository, whose meltano.yml mapper-state would otherwise take the
+# store from (a Meltano project's own): name the embedded default instead.
+export MAPPER_STATE_STATE_BACKEND__URI="file://.mapper-state"
 rm -rf "$DEMO_DIR"
 mkdir -p "$DEMO_DIR"
 cd "$DEMO_DIR"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any, Protocol
 
@@ -20,6 +21,9 @@ import orjson
 from mapper_state import redact
 
 _json = False
+#: Warnings and errors as the Singer SDK's structured lines, which Meltano re-emits at their
+#: level (see :func:`mapper_state.meltano.env.parses_structured_lines`).
+_singer_sdk = False
 
 
 DEBUG_VAR = "MAPPER_STATE_DEBUG"
@@ -83,12 +87,36 @@ def emit(level: str, message: str, detail: str = "", **fields: Any) -> None:
         extra = " ".join(f"{k}={v}" for k, v in fields.items())
         prefix = "" if level == "info" else f"{level}: "
         line = f"mapper-state: {prefix}{message}" + (f" ({_redact(extra)})" if extra else "")
-        line += "".join(f"\n    {row}" for row in _redact(detail).splitlines())
+        rows = "".join(f"\n    {row}" for row in _redact(detail).splitlines())
+        line = (
+            _singer_sdk_line(level, line, rows) if _singer_sdk and level != "info" else line + rows
+        )
     try:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
     except (BrokenPipeError, ValueError):
         pass
+
+
+def singer_sdk_lines(on: bool) -> None:
+    """Write warnings and errors as the Singer SDK's structured lines (``on``) or as text."""
+    global _singer_sdk
+    _singer_sdk = on
+
+
+def _singer_sdk_line(level: str, line: str, rows: str) -> str:
+    """The text line in the fields Meltano's ``singer-sdk`` log parser requires; the detail
+    rows, if any, follow as they are (Meltano passes them on at its stderr level)."""
+    record = {
+        "level": level,
+        "pid": os.getpid(),
+        "logger_name": "mapper-state",
+        "ts": time.time(),
+        "thread_name": threading.current_thread().name,
+        "app_name": "mapper-state",
+        "message": line,
+    }
+    return orjson.dumps(record).decode() + rows
 
 
 def traceback_text(text: str) -> None:

@@ -125,7 +125,10 @@ def settings_page() -> str:
         "   become `__` (`MAPPER_STATE_STATE_BACKEND__URI`);",
         "4. Meltano's `MELTANO_STATE_BACKEND_*` variables, for the `state_backend.*` settings",
         "   (what `meltano run` exports to a mapping);",
-        "5. the default.",
+        "5. on the command line in a Meltano project, its `meltano.yml`'s `state_backend`",
+        "   (unless `MELTANO_STATE_BACKEND_URI` is set): see",
+        "   [Inspecting the states Meltano uses](meltano.md#inspecting-the-states-meltano-uses);",
+        "6. the default.",
         "",
         "A bad value stops the process before anything is read or written, with one line",
         "naming the setting (exit 2). Secret settings never appear in logs, errors or",
@@ -206,7 +209,9 @@ def plugin_definition() -> dict[str, Any]:
         "docs": f"{PROJECT_URL}/blob/main/docs/meltano.md",
         "pip_url": "mapper-state",
         "executable": "mapper-state",
-        "capabilities": ["about"],
+        # structured-logging: Meltano re-emits a warning or an error at its level
+        # (mapper_state.meltano.env.parses_structured_lines)
+        "capabilities": ["about", "structured-logging"],
         "maintenance_status": "beta",
         "keywords": ["state", "lock", "s3", "gcs", "azure", "postgresql"],
         "settings_group_validation": [["state_id"]],

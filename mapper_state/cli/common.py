@@ -26,7 +26,9 @@ from mapper_state import log
 from mapper_state.config import load_settings
 from mapper_state.errors import ExitCode, MapperStateError
 from mapper_state.meltano import env as meltano_env
-from mapper_state.settings import RUN_SETTINGS, FlagGroup, Settings, SettingSpec
+from mapper_state.meltano import project as meltano_project
+from mapper_state.redact import display_uri
+from mapper_state.settings import RUN_SETTINGS, URI_SETTING, FlagGroup, Settings, SettingSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -185,10 +187,14 @@ def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Se
     What looks like a typo (an unknown ``MAPPER_STATE_*`` variable, a config key close to
     a setting's name) is a warning naming the setting it probably meant.
     """
-    settings = load_settings(flags, config_files, sources=[meltano_env.SOURCE])
+    project = meltano_project.ProjectSource()
+    settings = load_settings(flags, config_files, sources=[project, meltano_env.SOURCE])
     log.configure(settings)
+    log.singer_sdk_lines(meltano_env.parses_structured_lines())
     for warning in settings.warnings:
         log.warning(warning)
+    if settings.sources.get(URI_SETTING) == project.label and project.file is not None:
+        log.info(f"store {display_uri(settings.uri)}: state_backend.uri of {project.label}")
     return settings
 
 

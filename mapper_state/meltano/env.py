@@ -18,6 +18,7 @@ are in :mod:`mapper_state.meltano.policy`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,32 @@ class MeltanoRun:
 def project_root(env: Mapping[str, str] | None = None) -> str | None:
     """``MELTANO_PROJECT_ROOT``: set for every plugin Meltano runs (``run``, ``invoke``)."""
     return _env(env).get("MELTANO_PROJECT_ROOT") or None
+
+
+#: The Singer SDK's structured formatter: the one Meltano configures for a plugin whose
+#: definition declares the ``structured-logging`` capability, and whose lines it parses.
+STRUCTURED_FORMATTER = "singer_sdk.logging.StructuredFormatter"
+
+
+def parses_structured_lines(env: Mapping[str, str] | None = None) -> bool:
+    """Does the Meltano running this mapping parse the Singer SDK's structured log lines?
+
+    Meltano 4.4.1 re-emits such a line at its own level (an error as an error, beside its
+    "Intermediate block failed") when the plugin declares ``structured-logging``; it then
+    names the SDK's structured formatter in the logging file it hands the plugin
+    (``SINGER_SDK_LOG_CONFIG``). Without that capability, or outside Meltano, lines stay text.
+    """
+    env = _env(env)
+    path = env.get("SINGER_SDK_LOG_CONFIG")
+    if not (path and env.get("MELTANO_MAP__MAPPING_NAME")):
+        return False
+    try:
+        with open(path, "rb") as f:
+            config = json.load(f)
+        formatter = config["formatters"]["singer_formatter"]["()"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(formatter == STRUCTURED_FORMATTER)
 
 
 # -- store URIs --------------------------------------------------------------------

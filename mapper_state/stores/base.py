@@ -62,9 +62,34 @@ from mapper_state.settings import SettingSpec
 
 
 class StoreError(MapperStateError):
-    """The store failed or could not be reached."""
+    """The store failed or could not be reached.
+
+    ``definite``: the store answered, and nothing was applied (a bucket or container that
+    does not exist): a write that failed so needs no reading back to learn its outcome.
+    """
 
     exit_code = ExitCode.STORE
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        detail: str = "",
+        definite: bool = False,
+    ) -> None:
+        super().__init__(message, exit_code=exit_code, detail=detail)
+        self.definite = definite
+
+
+def missing_bucket(what: str, name: str, where: str) -> StoreError:
+    """The one line for a bucket or container that does not exist (``what`` says which:
+    ``S3 bucket``), at ``where`` (the endpoint): a setting to fix, exit 2, and definite."""
+    return StoreError(
+        f"{what} {name!r} does not exist at {where}: create it or fix state_backend.uri",
+        exit_code=ExitCode.CONFIG,
+        definite=True,
+    )
 
 
 class StoreAccessDenied(StoreError):

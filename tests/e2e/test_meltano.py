@@ -568,3 +568,29 @@ def test_migrating_a_meltano_projects_states_both_ways(tmp_path: Path, s3_locati
     assert loaded.returncode == 0, loaded.stderr
     again = target.meltano("--log-level=warning", "state", "export")
     assert json.loads(again.stdout) == export
+
+
+def test_a_busy_refusal_reaches_meltanos_log_as_an_error(tmp_path: Path) -> None:
+    """With the plugin's ``structured-logging`` capability (its definition declares it), the
+    busy line is an error in Meltano's log, beside "Intermediate block failed", not info."""
+    from mapper_state.core.lease import Lease
+    from mapper_state.stores.file import FileStore
+
+    data = tmp_path / "events.jsonl"
+    add_rows(data, 5)
+    project = make_project(tmp_path / "p", data)
+    doc = yaml.safe_load((project.root / "meltano.yml").read_text())
+    doc["plugins"]["mappers"][0]["capabilities"] = ["about", "structured-logging"]
+    (project.root / "meltano.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    holder = Lease(FileStore(project.root / ".meltano" / "state"), STATE_ID, ttl=120)
+    holder.acquire()
+    try:
+        busy = project.meltano("--log-format=json", "run", *PIPELINE)
+    finally:
+        holder.release()
+    assert busy.returncode != 0
+    records = [json.loads(line) for line in busy.stderr.splitlines() if line.startswith("{")]
+    refused = [r for r in records if "is busy: held by run" in str(r.get("event"))]
+    assert refused, busy.stderr[-3000:]
+    assert {r["level"] for r in refused} == {"error"}, refused
+    assert all(r["event"].startswith("mapper-state: error: ") for r in refused)

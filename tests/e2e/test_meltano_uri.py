@@ -77,3 +77,16 @@ def test_the_proposed_project_spelling_is_where_meltano_keeps_state(tmp_path: Pa
     )
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout) == {"n": 2}
+
+
+def test_mapper_state_in_the_project_reads_the_states_meltano_keeps(tmp_path: Path) -> None:
+    sub = new_project(tmp_path, "file://${MELTANO_PROJECT_ROOT}/.meltano/state")
+    meltano(tmp_path, "state", "set", "--force", "dev:a-to-b", '{"singer_state": {"n": 3}}')
+
+    # an operator in the project: no URI, no variable; meltano.yml names the store
+    listed = mapper(sub, "state", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.decode().split() == ["dev:a-to-b"]
+    assert f"state_backend.uri of {tmp_path / 'meltano.yml'}" in listed.stderr.decode()
+    got = mapper(sub, "state", "get", "dev:a-to-b")
+    assert json.loads(got.stdout) == {"n": 3}

@@ -38,6 +38,11 @@ def check_seconds(ttl: float) -> float:
     return max(SHORTEST_CHECK_SECONDS, min(5.0, ttl / 10))
 
 
+def _nothing_landed(exc: StoreError) -> bool:
+    """A refusal (credentials) or a definite answer (no such bucket): nothing to read back."""
+    return isinstance(exc, StoreAccessDenied) or exc.definite
+
+
 class Settling(Claim):
     """The read-back after a lost answer, and what each kind of write concludes from it."""
 
@@ -64,12 +69,14 @@ class Settling(Claim):
         Returns as the holder when the lease carries our run ID; re-raises ``exc`` when it
         does not (the write did not land); names the expiry when the store cannot be read.
         """
-        if isinstance(exc, StoreAccessDenied):
+        if _nothing_landed(exc):
             raise exc  # refused: nothing landed
         with signals.deferred():  # a lease found to be ours is always one we remember
             try:
                 found, blob = self._read_within(check_seconds(self.ttl))
             except StoreError as why:
+                if why.definite:
+                    raise why from None  # no bucket: no lease either
                 raise self._unknown_outcome(exc, record.expires_at, why) from None
             if blob is None or found is None or not self._ours(found):
                 raise exc
@@ -83,7 +90,7 @@ class Settling(Claim):
         renewal of ours (one that landed late) is remembered at its version. The read-back
         is also bound by the renewal's own deadline, being made within it.
         """
-        if isinstance(exc, StoreAccessDenied):
+        if _nothing_landed(exc):
             raise exc
         try:
             found, blob = self._read_within(check_seconds(self.ttl))
@@ -110,7 +117,7 @@ class Settling(Claim):
         else's lease is left alone; when even the check cannot reach the store, the error
         names how long the lease may stay ours.
         """
-        if isinstance(failed, StoreAccessDenied):
+        if failed is not None and _nothing_landed(failed):
             raise failed
         seconds = check_seconds(self.ttl)
         if failed is None:
@@ -127,6 +134,8 @@ class Settling(Claim):
         except PreconditionFailed:
             return  # taken over meanwhile: no longer ours
         except StoreError as why:
+            if why.definite:
+                raise why from None  # no bucket: no lease either
             # after a lost heartbeat, a renewal that landed unseen holds it a TTL from now at most
             latest = (
                 max(record.expires_at, found.expires_at if found and self._ours(found) else 0)

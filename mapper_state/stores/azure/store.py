@@ -34,7 +34,14 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import Blob, Opener, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    Opener,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+    missing_bucket,
+)
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -118,7 +125,7 @@ class AzureBlobStore(CloudStore):
 
     def _missing_container(self) -> StoreError:
         name = self.container.container_name
-        return StoreError(f"Azure container {name!r} does not exist ({self.display_uri})")
+        return missing_bucket("Azure container", name, self.container.primary_hostname)
 
     def _write(self, op: str, key: str, data: bytes, **conditions: Any) -> str:
         blob = self.container.get_blob_client(self._key(key))

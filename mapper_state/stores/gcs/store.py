@@ -32,7 +32,14 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import Blob, Opener, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    Opener,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+    missing_bucket,
+)
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -121,8 +128,8 @@ class GcsStore(CloudStore):
         return self._bucket_seen
 
     def _missing_bucket(self) -> StoreError:
-        return StoreError(
-            f"Google Cloud Storage bucket {self.bucket.name!r} does not exist ({self.display_uri})"
+        return missing_bucket(
+            "Google Cloud Storage bucket", self.bucket.name, self.client.api_endpoint
         )
 
     def _upload(self, op: str, key: str, data: bytes, generation: int) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
@@ -39,7 +40,14 @@ from botocore.exceptions import (
 from urllib3.exceptions import HTTPError as _BodyError
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import Blob, Opener, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    Blob,
+    Opener,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+    missing_bucket,
+)
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -171,7 +179,7 @@ class S3Store(CloudStore):
     def _client_error(self, exc: ClientError, op: str, where: str) -> StoreError:
         code, status = _code_and_status(exc)
         if code == "NoSuchBucket":
-            return StoreError(f"S3 bucket {self.bucket!r} does not exist ({self.display_uri})")
+            return missing_bucket("S3 bucket", self.bucket, self.endpoint)
         if code in _CONFLICT_CODES or status in (409, 412):
             return PreconditionFailed(f"{where} changed or exists ({code})")
         if code in _DENIED_CODES or status == 403:
@@ -309,6 +317,12 @@ def _write_args(options: Mapping[str, Any]) -> dict[str, str]:
     return args
 
 
+def _is_aws(endpoint_url: str) -> bool:
+    """Whether botocore's endpoint is AWS's own (``https://s3.<region>.amazonaws.com``)."""
+    host = urlsplit(endpoint_url).hostname or ""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+
 def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Store:
     """``bucket/prefix`` with the ``state_backend.s3.*`` settings by short name."""
     bucket, prefix = split_location(location, "s3")
@@ -349,8 +363,13 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
         except ValueError as exc:  # botocore's "Invalid endpoint: ..."
             raise ConfigError(f"setting {_SETTING}endpoint_url is not usable: {exc}") from None
 
+    client = client_for_timeout(30.0)
+    if endpoint is None and not _is_aws(client.meta.endpoint_url):
+        # AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or a profile's endpoint_url: botocore's choice
+        # is the endpoint, named in errors and not taken for AWS
+        endpoint = client.meta.endpoint_url
     return S3Store(
-        client_for_timeout(30.0),
+        client,
         bucket,
         prefix,
         write_args=_write_args(options),
