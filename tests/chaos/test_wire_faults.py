@@ -183,6 +183,39 @@ def test_state_get_gives_up_on_a_black_hole_within_a_third_of_the_ttl(
     )
 
 
+def test_a_hung_state_write_under_a_lease_is_cut_at_a_third_of_the_ttl(
+    s3_location: StoreLocation, start_proxy: Any
+) -> None:
+    """``state set`` under a lease of 9 s whose write of the state is never answered: the
+    store was opened with a third of the TTL (3 s) as its limit per call, so the write is
+    given up while the lease it was made under still holds, and the command fails with a
+    store error. A store left with its own limit (30 s) would keep the hung write, and the
+    command, alive long past that lease's expiry."""
+    proxy, faulty = start_proxy(s3_location)
+    direct = s3_location.open()
+    state_id = f"chaos-hung-write-{uuid.uuid4().hex[:8]}"
+    proxy.set_faults(blackhole=1.0, blackhole_seconds=120, **state_writes("s3", state_id))
+    setter = cli.spawn(
+        faulty, "state", "set", state_id, '{"x": 1}', "--lock-timeout-seconds", "9", stdin=None
+    )
+    with cli.reaped(setter):
+        wait_until(lambda: proxy.count(fault="blackhole"), "the state write to hang", timeout=30)
+        last = cli.lease_record(direct, state_id)  # the lease the hung write was made under
+        assert last is not None
+        assert last["pid"] == setter.pid
+        code = wait_before_expiry(setter, last)
+        ended = time.time()
+    assert setter.stderr is not None
+    err = setter.stderr.read()
+    assert code == 5, err.decode(errors="replace")
+    cli.one_line_error(err)
+    assert ended < last["expires_at"], (
+        f"the hung state write ended {ended - last['expires_at']:.1f}s after the lease it was "
+        "made under expired: the store call was not cut at a third of the TTL"
+    )
+    assert cli.stored(direct, state_id) is None
+
+
 def _hang_renewals(
     kind: str, state_id: str, proxy: Any, direct: Any, holder: Any
 ) -> dict[str, Any]:
@@ -217,7 +250,7 @@ def wait_before_expiry(holder: subprocess.Popen[bytes], last: dict[str, Any]) ->
         return holder.wait(timeout=max(1.0, grace))
     except subprocess.TimeoutExpired:
         pytest.fail(
-            "the holder whose renewals hang was still running 10 s after its lease expired",
+            "the holder was still running 10 s after its lease expired",
             pytrace=False,
         )
 
