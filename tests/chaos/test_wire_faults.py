@@ -203,16 +203,9 @@ def test_a_hung_state_write_under_a_lease_is_cut_at_a_third_of_the_ttl(
         last = cli.lease_record(direct, state_id)  # the lease the hung write was made under
         assert last is not None
         assert last["pid"] == setter.pid
-        code = wait_before_expiry(setter, last)
-        ended = time.time()
-    assert setter.stderr is not None
-    err = setter.stderr.read()
-    assert code == 5, err.decode(errors="replace")
-    cli.one_line_error(err)
-    assert ended < last["expires_at"], (
-        f"the hung state write ended {ended - last['expires_at']:.1f}s after the lease it was "
-        "made under expired: the store call was not cut at a third of the TTL"
-    )
+        code, err = stopped_before_expiry(setter, last)  # not cut at TTL/3: fails here
+    assert code == 5, err
+    cli.one_line_error(err.encode())
     assert cli.stored(direct, state_id) is None
 
 
@@ -243,16 +236,21 @@ def _hang_renewals(
 HANG_TTL = "10"
 
 
-def wait_before_expiry(holder: subprocess.Popen[bytes], last: dict[str, Any]) -> int:
-    """The holder's exit code; fail if it is still running well after its lease expired."""
+def stopped_before_expiry(holder: subprocess.Popen[bytes], last: dict[str, Any]) -> tuple[int, str]:
+    """The holder's exit code and stderr, once it has stopped; fail if it stopped after the
+    lease ``last`` expired (or is still running well after)."""
     grace = last["expires_at"] + 10 - time.time()
     try:
-        return holder.wait(timeout=max(1.0, grace))
+        code = holder.wait(timeout=max(1.0, grace))
     except subprocess.TimeoutExpired:
-        pytest.fail(
-            "the holder was still running 10 s after its lease expired",
-            pytrace=False,
-        )
+        pytest.fail("the holder was still running 10 s after its lease expired", pytrace=False)
+    ended = time.time()
+    assert holder.stderr is not None
+    err = holder.stderr.read().decode(errors="replace")
+    assert ended < last["expires_at"], (
+        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
+    )
+    return code, err
 
 
 @pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
@@ -268,15 +266,9 @@ def test_a_filter_whose_renewals_hang_stops_before_its_lease_expires(
         assert holder.stdin is not None
         holder.stdin.write(state_line({"x": 1}))
         holder.stdin.flush()
-        code = wait_before_expiry(holder, last)
-        ended = time.time()
-    assert holder.stderr is not None
-    err = holder.stderr.read().decode(errors="replace")
+        code, err = stopped_before_expiry(holder, last)
     assert code == 4, err
     assert "Traceback" not in err, err
-    assert ended < last["expires_at"], (
-        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
-    )
     assert cli.stored(direct, state_id) is None, "a holder that could not renew wrote the state"
 
 
@@ -297,15 +289,9 @@ def test_a_filter_whose_store_stops_answering_stops_before_its_lease_expires(
         last = cli.lease_record(direct, state_id)
         assert last is not None
         assert last["pid"] == holder.pid
-        code = wait_before_expiry(holder, last)
-        ended = time.time()
-    assert holder.stderr is not None
-    err = holder.stderr.read().decode(errors="replace")
+        code, err = stopped_before_expiry(holder, last)
     assert code == 4, err
     assert "Traceback" not in err, err
-    assert ended < last["expires_at"], (
-        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
-    )
 
 
 @pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
@@ -328,12 +314,6 @@ def test_a_run_whose_renewals_hang_stops_its_children_before_the_lease_expires(
         wait_until(lambda: len(children_of(holder.pid)) == 2, "the tap and target to start")
         children = list(children_of(holder.pid))
         last = _hang_renewals(kind, state_id, proxy, direct, holder)
-        code = wait_before_expiry(holder, last)
-        ended = time.time()
-    assert holder.stderr is not None
-    err = holder.stderr.read().decode(errors="replace")
+        code, err = stopped_before_expiry(holder, last)
     assert code == 4, err[-3000:]
-    assert ended < last["expires_at"], (
-        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
-    )
     wait_until(lambda: all(is_gone(pid) for pid in children), "the children to stop", timeout=5)
