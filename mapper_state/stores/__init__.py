@@ -97,26 +97,38 @@ def _opener(store: StoreType, scheme: str) -> Opener:
     return opener
 
 
-def open_store(uri: str, options_for: Mapping[str, Mapping[str, Any]] | None = None) -> BlobStore:
-    """The store a ``state_backend.uri`` names, configured with its section's settings."""
+def open_store(
+    uri: str,
+    options_for: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    retry_deadline_seconds: float | None = None,
+) -> BlobStore:
+    """The store a ``state_backend.uri`` names, configured with its section's settings.
+
+    A store that retries (``StoreType.retries``) is opened with ``retry_deadline_seconds``
+    when given: no call of it, retries included, lasts longer (its own limit otherwise).
+    """
     scheme, location = split_uri(uri)
     store = store_type(scheme)
-    return _opener(store, scheme)(location, (options_for or {}).get(store.section, {}))
+    opener = _opener(store, scheme)
+    options = (options_for or {}).get(store.section, {})
+    if store.retries and retry_deadline_seconds is not None:
+        # the opener of a store that declares ``retries`` takes the keyword (base.py, 7.)
+        return opener(location, options, retry_deadline_seconds=retry_deadline_seconds)  # type: ignore[call-arg]
+    return opener(location, options)
 
 
 def open_configured_store(settings: Settings) -> BlobStore:
     """The store the resolved settings name.
 
-    A store that retries transient failures gives each call at most a third of the
-    lease's TTL (its own limit otherwise): a state write or a lease read made by a run
-    never outlasts the lease it holds by much. A caller that needs a call to end
-    sooner (a renewal, before the lease expires) gives it a deadline of its own
+    A store that retries transient failures is opened with a third of the lease's TTL
+    as the limit of each call: a state write or a lease read made by a run never
+    outlasts the lease it holds by much. A caller that needs a call to end sooner (a
+    renewal, before the lease expires) gives it a deadline of its own
     (:mod:`mapper_state.stores.deadline`).
     """
-    store = open_store(
-        settings.uri, {s.section: settings.section(s.section) for s in store_types()}
+    return open_store(
+        settings.uri,
+        {s.section: settings.section(s.section) for s in store_types()},
+        retry_deadline_seconds=settings.lock_timeout / 3,
     )
-    limit = store.traits.retry_deadline_seconds
-    if limit is not None:
-        store.traits.retry_deadline_seconds = min(limit, settings.lock_timeout / 3)
-    return store

@@ -32,8 +32,9 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    404 -> absent, 412/409 -> :class:`PreconditionFailed`, auth -> :class:`StoreAccessDenied`,
    anything else -> :class:`StoreError`. Retry transient failures (5xx, throttling,
    connection resets) in one layer only, :func:`mapper_state.stores.retry.retrying`
-   (the SDK's own retries off), within ``traits.retry_deadline_seconds`` (the
-   registry lowers it to a third of the lease TTL). A cloud store gets all of this,
+   (the SDK's own retries off), within ``traits.retry_deadline_seconds``, which the
+   opener takes as ``retry_deadline_seconds=`` (declare ``retries=True``: the registry
+   opens the store with a third of the lease TTL). A cloud store gets all of this,
    and paging, from :class:`mapper_state.stores.cloud.CloudStore`. Each call honours
    the deadline its caller carries (:mod:`mapper_state.stores.deadline`): its SDK
    timeouts fit ``seconds_left(...)``, and nothing is sent once it has passed.
@@ -114,7 +115,7 @@ class StoreTraits:
     ``doctor``, so a misspelt trait is a type error instead of a silently skipped safety path.
 
     A store sets its own when it is opened (an S3 endpoint may learn ``unquoted_etags`` on
-    its first refused replace); the registry lowers ``retry_deadline_seconds``.
+    its first refused replace); ``retry_deadline_seconds`` is the opener's parameter.
     """
 
     #: A delete whose version condition does not match is refused, so release may delete.
@@ -252,3 +253,6 @@ class StoreType:
     meltano_aliases: Mapping[str, str] = field(default_factory=dict)
     #: Environment variables the store's SDK reads secrets from, hidden like secret settings.
     secret_env_vars: tuple[str, ...] = ()
+    #: The store retries within a deadline per call, and its opener takes it as
+    #: ``retry_deadline_seconds=``: the registry opens it with a third of the lease TTL.
+    retries: bool = False

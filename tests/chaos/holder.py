@@ -95,10 +95,10 @@ def lease_rounds(spec: dict[str, Any], out_path: str) -> int:
     from mapper_state.stores import open_store
     from mapper_state.stores.base import StoreError
 
-    store = open_store(spec["uri"], {spec["section"]: spec.get("options", {})})
     ttl = float(spec["ttl"])
-    if hasattr(store, "retry_deadline_seconds"):  # as the registry does for a run
-        store.retry_deadline_seconds = min(store.retry_deadline_seconds, ttl / 3)
+    store = open_store(  # as the registry opens it for a run
+        spec["uri"], {spec["section"]: spec.get("options", {})}, retry_deadline_seconds=ttl / 3
+    )
     rng = random.Random(spec.get("seed", 0))
     skew = float(spec.get("clock_skew", 0.0))
 

@@ -40,12 +40,9 @@ def checks(proxy: Any) -> int:
 
 
 def finish(holder: subprocess.Popen[bytes], line: bytes) -> tuple[int, bytes, str]:
-    try:
-        out, err = holder.communicate(line, timeout=60)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+    """``line`` as the holder's last input; its exit code, stdout and stderr (within a minute:
+    the caller's ``cli.reaped`` kills it otherwise)."""
+    out, err = holder.communicate(line, timeout=60)
     return holder.returncode, out, err.decode(errors="replace")
 
 
@@ -57,8 +54,7 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
     state_id = f"chaos-unknown-{uuid.uuid4().hex[:8]}"
     proxy, faulty = start_proxy(cloud_location, faults={**DROP, **lease_writes(kind, state_id)})
     direct = cloud_location.open()
-    holder = cli.spawn_filter(faulty, state_id, "12")
-    try:
+    with cli.reaped(cli.spawn_filter(faulty, state_id, "12")) as holder:
         # every answer to the create is dropped until the client gives up (4 s), then it checks
         wait_until(lambda: checks(proxy) >= 1, "the create's outcome checked", timeout=30)
         proxy.set_faults()
@@ -76,10 +72,7 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
         assert renewed is not None
         assert renewed["run_id"] == record["run_id"]
         assert renewed["expires_at"] > record["expires_at"], "the renewal never landed"
-    except BaseException:
-        holder.kill()
-        raise
-    code, out, err = finish(holder, state_line({"after": "lost answers"}))
+        code, out, err = finish(holder, state_line({"after": "lost answers"}))
     assert code == 0, err
     assert out == state_line({"after": "lost answers"})
     assert cli.stored(direct, state_id) == {"after": "lost answers"}
@@ -110,14 +103,10 @@ def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_
     # the create (refused: the lease exists) passes; the takeover's answers are dropped
     faults = {**DROP, **lease_writes(kind, state_id), "skip": 1}
     proxy, faulty = start_proxy(cloud_location, faults=faults)
-    holder = cli.spawn_filter(faulty, state_id, "6")
-    try:
+    with cli.reaped(cli.spawn_filter(faulty, state_id, "6")) as holder:
         wait_until(lambda: checks(proxy) >= 2, "the takeover's outcome checked", timeout=30)
         proxy.set_faults()
-    except BaseException:
-        holder.kill()
-        raise
-    code, _, err = finish(holder, state_line({"taken": "over"}))
+        code, _, err = finish(holder, state_line({"taken": "over"}))
     assert proxy.count(fault="drop_response") >= 1
     if cloud_location.emulator.name == "ceph-rgw" and code == 5:
         # RGW refuses the quoted ETag S3 gave (the store learns that from a refusal it

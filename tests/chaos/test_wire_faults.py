@@ -183,6 +183,32 @@ def test_state_get_gives_up_on_a_black_hole_within_a_third_of_the_ttl(
     )
 
 
+def test_a_hung_state_write_under_a_lease_is_cut_at_a_third_of_the_ttl(
+    s3_location: StoreLocation, start_proxy: Any
+) -> None:
+    """``state set`` under a lease of 9 s whose write of the state is never answered: the
+    store was opened with a third of the TTL (3 s) as its limit per call, so the write is
+    given up while the lease it was made under still holds, and the command fails with a
+    store error. A store left with its own limit (30 s) would keep the hung write, and the
+    command, alive long past that lease's expiry."""
+    proxy, faulty = start_proxy(s3_location)
+    direct = s3_location.open()
+    state_id = f"chaos-hung-write-{uuid.uuid4().hex[:8]}"
+    proxy.set_faults(blackhole=1.0, blackhole_seconds=120, **state_writes("s3", state_id))
+    setter = cli.spawn(
+        faulty, "state", "set", state_id, '{"x": 1}', "--lock-timeout-seconds", "9", stdin=None
+    )
+    with cli.reaped(setter):
+        wait_until(lambda: proxy.count(fault="blackhole"), "the state write to hang", timeout=30)
+        last = cli.lease_record(direct, state_id)  # the lease the hung write was made under
+        assert last is not None
+        assert last["pid"] == setter.pid
+        code, err = stopped_before_expiry(setter, last)  # not cut at TTL/3: fails here
+    assert code == 5, err
+    cli.one_line_error(err.encode())
+    assert cli.stored(direct, state_id) is None
+
+
 def _hang_renewals(
     kind: str, state_id: str, proxy: Any, direct: Any, holder: Any
 ) -> dict[str, Any]:
@@ -210,16 +236,21 @@ def _hang_renewals(
 HANG_TTL = "10"
 
 
-def wait_before_expiry(holder: subprocess.Popen[bytes], last: dict[str, Any]) -> int:
-    """The holder's exit code; fail if it is still running well after its lease expired."""
+def stopped_before_expiry(holder: subprocess.Popen[bytes], last: dict[str, Any]) -> tuple[int, str]:
+    """The holder's exit code and stderr, once it has stopped; fail if it stopped after the
+    lease ``last`` expired (or is still running well after)."""
     grace = last["expires_at"] + 10 - time.time()
     try:
-        return holder.wait(timeout=max(1.0, grace))
+        code = holder.wait(timeout=max(1.0, grace))
     except subprocess.TimeoutExpired:
-        pytest.fail(
-            "the holder whose renewals hang was still running 10 s after its lease expired",
-            pytrace=False,
-        )
+        pytest.fail("the holder was still running 10 s after its lease expired", pytrace=False)
+    ended = time.time()
+    assert holder.stderr is not None
+    err = holder.stderr.read().decode(errors="replace")
+    assert ended < last["expires_at"], (
+        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
+    )
+    return code, err
 
 
 @pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
@@ -235,15 +266,9 @@ def test_a_filter_whose_renewals_hang_stops_before_its_lease_expires(
         assert holder.stdin is not None
         holder.stdin.write(state_line({"x": 1}))
         holder.stdin.flush()
-        code = wait_before_expiry(holder, last)
-        ended = time.time()
-    assert holder.stderr is not None
-    err = holder.stderr.read().decode(errors="replace")
+        code, err = stopped_before_expiry(holder, last)
     assert code == 4, err
     assert "Traceback" not in err, err
-    assert ended < last["expires_at"], (
-        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
-    )
     assert cli.stored(direct, state_id) is None, "a holder that could not renew wrote the state"
 
 
@@ -264,15 +289,9 @@ def test_a_filter_whose_store_stops_answering_stops_before_its_lease_expires(
         last = cli.lease_record(direct, state_id)
         assert last is not None
         assert last["pid"] == holder.pid
-        code = wait_before_expiry(holder, last)
-        ended = time.time()
-    assert holder.stderr is not None
-    err = holder.stderr.read().decode(errors="replace")
+        code, err = stopped_before_expiry(holder, last)
     assert code == 4, err
     assert "Traceback" not in err, err
-    assert ended < last["expires_at"], (
-        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
-    )
 
 
 @pytest.mark.parametrize("cloud_location", CLOUD, indirect=True)
@@ -295,12 +314,6 @@ def test_a_run_whose_renewals_hang_stops_its_children_before_the_lease_expires(
         wait_until(lambda: len(children_of(holder.pid)) == 2, "the tap and target to start")
         children = list(children_of(holder.pid))
         last = _hang_renewals(kind, state_id, proxy, direct, holder)
-        code = wait_before_expiry(holder, last)
-        ended = time.time()
-    assert holder.stderr is not None
-    err = holder.stderr.read().decode(errors="replace")
+        code, err = stopped_before_expiry(holder, last)
     assert code == 4, err[-3000:]
-    assert ended < last["expires_at"], (
-        f"stopped {ended - last['expires_at']:.1f}s after its lease expired"
-    )
     wait_until(lambda: all(is_gone(pid) for pid in children), "the children to stop", timeout=5)

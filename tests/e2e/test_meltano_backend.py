@@ -14,6 +14,7 @@ matrix on the local store and on S3 (moto), and a short round on each other stor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,7 +32,7 @@ import yaml
 from mapper_state.core import history, state
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
-from tests.dist import Dist, install_in_venv, outside_checkout, uv, uv_env
+from tests.dist import Dist, outside_checkout
 from tests.e2e import tools
 from tests.e2e.test_meltano import (
     PIPELINE,
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.e2e
 
 FULL = os.environ.get("MAPPER_STATE_MELTANO_BACKEND") == "full"
 ROUNDS = int(os.environ.get("MAPPER_STATE_MELTANO_BACKEND_ROUNDS", "1"))
-MELTANO_SITE = tools.TOOLS_DIR / "meltano" / "lib" / "python3.11" / "site-packages"
+MELTANO_SITE = tools.MELTANO_SITE
 WRITERS = 8
 
 
@@ -58,28 +59,10 @@ WRITERS = 8
 @pytest.fixture(scope="session")
 def meltano_addon(built_dist: Dist) -> Iterator[Path]:
     """``meltano`` of a venv holding Meltano 4.4.1 and the project's wheel (built once)."""
-    real = tools.meltano()
     root = outside_checkout()
     venv = root / "venv"
-    python = Path(os.path.realpath(real.parent / "python"))
     try:
-        pins = subprocess.run(
-            [uv(), "pip", "freeze", "--python", str(real.parent / "python")],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=uv_env(),
-        ).stdout
-        (root / "meltano-pins.txt").write_text(pins)
-        install_in_venv(
-            venv,
-            "--constraint",
-            str(root / "meltano-pins.txt"),
-            f"{built_dist.wheel}[all]",
-            python=str(python),
-        )
-        site = next((venv / "lib").glob("python3*/site-packages"))
-        (site / "zz-meltano.pth").write_text(f"{MELTANO_SITE}\n")
+        tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]")
         launcher = venv / "bin" / "meltano"
         launcher.write_text(
             f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom meltano.cli import main\n"
@@ -329,25 +312,38 @@ def test_concurrent_merges_lose_nothing(
     )
 
 
+@contextlib.contextmanager
+def filter_holding(backend: Backend, state_id: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The filter on ``state_id`` once it holds the lease in ``backend`` (a file store);
+    its input closed, and it waited for, on the way out."""
+    holder = subprocess.Popen(
+        [str(tools.mapper_state()), "--state-id", state_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=clean_env(MAPPER_STATE_STATE_BACKEND__URI=backend.uri),
+    )
+    try:
+        lease_file = (
+            Path(backend.uri.removeprefix("file://")) / state_id / "mapper-state.lease.json"
+        )
+        deadline = time.monotonic() + 60
+        while not lease_file.exists():
+            assert time.monotonic() < deadline, "the filter never took the lease"
+            time.sleep(0.1)
+        yield holder
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
 def test_state_set_waits_for_a_filter_holding_the_lease_then_names_it(
     tmp_path: Path, meltano_addon: Path, file_backend: Backend
 ) -> None:
     project = project_for(tmp_path / "p", meltano_addon, file_backend)
     project.ok("set", "--force", "dev:held", singer({"bookmarks": {"s1": {"id": 1}}}))
-    filter_env = clean_env(MAPPER_STATE_STATE_BACKEND__URI=file_backend.uri)
-    holder = subprocess.Popen(
-        [str(tools.mapper_state()), "--state-id", "dev:held"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=filter_env,
-    )
-    try:
-        lease_file = Path(file_backend.uri.removeprefix("file://")) / "dev:held"
-        deadline = time.monotonic() + 60
-        while not (lease_file / "mapper-state.lease.json").exists():
-            assert time.monotonic() < deadline, "the filter never took the lease"
-            time.sleep(0.1)
+    with filter_holding(file_backend, "dev:held") as holder:
         refused = project.state(
             "set",
             "--force",
@@ -360,10 +356,6 @@ def test_state_set_waits_for_a_filter_holding_the_lease_then_names_it(
         assert "is busy after waiting 2s: held by run" in refused.stderr
         assert f"(pid {holder.pid})" in refused.stderr
         assert stored(file_backend, "dev:held") == {"bookmarks": {"s1": {"id": 1}}}
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=60)
     project.ok("set", "--force", "dev:held", singer({"bookmarks": {"s1": {"id": 3}}}))
     assert stored(file_backend, "dev:held") == {"bookmarks": {"s1": {"id": 3}}}
 
@@ -438,6 +430,19 @@ def test_two_runs_started_together_exactly_one_runs(
     assert stored(file_backend, STATE_ID) == bookmark(data, 20)
 
 
+def beside_meltano(code: str) -> str:
+    """What Python ``code`` prints, run by our Python with Meltano's packages importable
+    after ours."""
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.append({str(MELTANO_SITE)!r})\n" + code],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_an_older_meltano_is_refused_with_the_version_it_needs() -> None:
     from mapper_state.meltano.backend_schemes import MINIMUM_MELTANO
 
@@ -446,15 +451,9 @@ def test_an_older_meltano_is_refused_with_the_version_it_needs() -> None:
         "c('4.4.1'); c('5.0.0')\n"
         "try:\n    c('3.7.2')\nexcept Exception as e:\n    print(e)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(MELTANO_SITE)!r})\n" + code],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    printed = beside_meltano(code)
     needed = ".".join(map(str, MINIMUM_MELTANO))
-    assert f"needs Meltano {needed} or newer (found 3.7.2)" in result.stdout
+    assert f"needs Meltano {needed} or newer (found 3.7.2)" in printed
 
 
 def test_a_relative_file_uri_is_the_projects_from_any_directory(
@@ -591,20 +590,7 @@ def test_import_writes_nothing_when_a_state_is_busy(
     tmp_path: Path, meltano_addon: Path, file_backend: Backend
 ) -> None:
     project = project_for(tmp_path / "p", meltano_addon, file_backend)
-    filter_env = clean_env(MAPPER_STATE_STATE_BACKEND__URI=file_backend.uri)
-    holder = subprocess.Popen(
-        [str(tools.mapper_state()), "--state-id", "dev:b2"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=filter_env,
-    )
-    try:
-        lease_file = Path(file_backend.uri.removeprefix("file://")) / "dev:b2"
-        deadline = time.monotonic() + 60
-        while not (lease_file / "mapper-state.lease.json").exists():
-            assert time.monotonic() < deadline, "the filter never took the lease"
-            time.sleep(0.1)
+    with filter_holding(file_backend, "dev:b2"):
         doc = {
             sid: {"completed": {"singer_state": {"bookmarks": {"s": {"id": n}}}}, "partial": {}}
             for n, sid in enumerate(("dev:b1", "dev:b2", "dev:b3"))
@@ -617,10 +603,6 @@ def test_import_writes_nothing_when_a_state_is_busy(
         assert "no state was written" in refused.stderr
         assert "Traceback" not in refused.stderr
         assert [stored(file_backend, s) for s in ("dev:b1", "dev:b3")] == [None, None]
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=60)
 
 
 def test_list_and_upgrade_say_which_store_they_read(
@@ -668,14 +650,8 @@ def test_a_missing_library_is_installed_where_meltano_runs() -> None:
         "print(w(m, '/opt/meltano-venv'))\n"
         "print(w('set state_backend.s3.region (or AWS_REGION)'))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.append({str(MELTANO_SITE)!r})\n" + code],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
+    printed = beside_meltano(code)
+    assert printed.splitlines() == [
         "library is missing: boto3 (uv tool install --reinstall meltano --with 'mapper-state[s3]')",
         "library is missing: boto3 (pipx inject meltano 'mapper-state[s3]')",
         "library is missing: boto3 (/opt/meltano-venv/bin/python -m pip install 'mapper-state[s3]')",

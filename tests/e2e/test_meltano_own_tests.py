@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.dist import Dist, install_in_venv, outside_checkout, uv, uv_env
+from tests.dist import Dist, outside_checkout, uv_env
 from tests.e2e import tools
 from tests.e2e.meltano_own import addon_conftest
 
@@ -58,7 +58,6 @@ TEST_DEPENDENCIES = (
     "colorama>=0.4.4,<0.5",
 )
 PIP_DOWNLOAD = ("download", "--quiet", "--no-binary", ":all:", "--no-deps")
-MELTANO_SITE = tools.TOOLS_DIR / "meltano" / "lib" / "python3.11" / "site-packages"
 
 
 @pytest.fixture(scope="session")
@@ -95,28 +94,10 @@ def meltano_sources() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def meltano_test_python(built_dist: Dist) -> Iterator[Path]:
     """A Python seeing Meltano 4.4.1's packages, the project's wheel and Meltano's test tools."""
-    real = tools.meltano()
     root = outside_checkout()
     try:
-        pins = subprocess.run(
-            [uv(), "pip", "freeze", "--python", str(real.parent / "python")],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=uv_env(),
-        ).stdout
-        (root / "meltano-pins.txt").write_text(pins)
         venv = root / "venv"
-        install_in_venv(
-            venv,
-            "--constraint",
-            str(root / "meltano-pins.txt"),
-            f"{built_dist.wheel}[all]",
-            *TEST_DEPENDENCIES,
-            python=os.path.realpath(real.parent / "python"),
-        )
-        site = next((venv / "lib").glob("python3*/site-packages"))
-        (site / "zz-meltano.pth").write_text(f"{MELTANO_SITE}\n")
+        tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]", *TEST_DEPENDENCIES)
         yield venv / "bin" / "python"
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -16,8 +17,12 @@ from typing import Any
 
 import pytest
 
+from tests.dist import install_in_venv, uv, uv_env
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_DIR = Path(os.environ.get("MAPPER_STATE_TOOLS_DIR", REPO_ROOT / ".tools"))
+#: Meltano's own packages, which a venv of ours sees through a ``.pth`` file.
+MELTANO_SITE = TOOLS_DIR / "meltano" / "lib" / "python3.11" / "site-packages"
 INSTALL_HINT = "run `scripts/install-tools.sh` from the repository root"
 
 # venv name under .tools/ -> executables it provides
@@ -95,6 +100,27 @@ def tool_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def venv_seeing_meltano(venv: Path, *requirement: str) -> None:
+    """A venv at ``venv`` on Meltano's Python, with ``requirement`` installed under the
+    pins of Meltano's own packages (kept beside it in ``meltano-pins.txt``), that sees
+    Meltano's packages: Meltano's code runs there beside ours."""
+    python = meltano().parent / "python"
+    pins = subprocess.run(
+        [uv(), "pip", "freeze", "--python", str(python)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=uv_env(),
+    ).stdout
+    constraints = venv.parent / "meltano-pins.txt"
+    constraints.write_text(pins)
+    install_in_venv(
+        venv, "--constraint", str(constraints), *requirement, python=os.path.realpath(python)
+    )
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "zz-meltano.pth").write_text(f"{MELTANO_SITE}\n")
 
 
 def meltano_project(root: Path, plugins: dict[str, Any]) -> dict[str, Any]:

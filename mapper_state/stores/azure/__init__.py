@@ -9,6 +9,7 @@ STORE = StoreType(
     section="azure",
     schemes=("azure", "az"),
     opener="mapper_state.stores.azure.store:from_uri",
+    retries=True,
     description="`azure://container/prefix`: Azure Blob Storage, through azure-storage-blob.",
     extra="azure",
     secret_env_vars=("AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET", "AZURE_STORAGE_KEY"),

@@ -9,6 +9,7 @@ STORE = StoreType(
     section="gcs",
     schemes=("gs", "gcs"),
     opener="mapper_state.stores.gcs.store:from_uri",
+    retries=True,
     description="`gs://bucket/prefix`: Google Cloud Storage, through google-cloud-storage.",
     extra="gcs",
     settings=(

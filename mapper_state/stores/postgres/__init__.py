@@ -14,6 +14,7 @@ STORE = StoreType(
     section="postgres",
     schemes=("postgresql", "postgres"),
     opener="mapper_state.stores.postgres.store:from_uri",
+    retries=True,
     description="`postgresql://user@host:port/dbname` (`?schema=`, `?table=`): one table in a "
     "PostgreSQL database, through psycopg.",
     extra="postgres",

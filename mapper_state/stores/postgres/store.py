@@ -21,8 +21,8 @@ it gets one line naming the privilege it lacks.
 
 One connection per store object, in autocommit, behind a lock (the lease heartbeat
 and the main thread share a store), reopened after any failure. Every call has a
-true deadline, ``retry_deadline_seconds`` (the registry lowers it to a third of the
-lease TTL). Connection failures and server restarts are retried within the deadline;
+true deadline, ``retry_deadline_seconds`` (the registry opens the store with a third of
+the lease TTL). Connection failures and server restarts are retried within the deadline;
 refused credentials and missing privileges are not.
 
 The package's modules: :mod:`.connection` (the connection, its deadline and watchdog),

@@ -13,6 +13,7 @@ STORE = StoreType(
     section="s3",
     schemes=("s3",),
     opener="mapper_state.stores.s3.store:from_uri",
+    retries=True,
     description="`s3://bucket/prefix`: AWS S3 or an S3-compatible store, through boto3.",
     extra="s3",
     secret_env_vars=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"),
