@@ -19,6 +19,7 @@ its tests took) and exits 1 if a mutant survived. It is not part of ``make test`
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -239,8 +240,9 @@ def scratch_copy() -> Path:
     return scratch
 
 
-def run(m: Mutant, scratch: Path) -> tuple[bool, float]:
-    """Apply ``m`` in ``scratch``, run its tests, restore: (caught, seconds)."""
+def run(m: Mutant, scratch: Path) -> tuple[str | None, float]:
+    """Apply ``m`` in ``scratch``, run its tests, restore: (the test that caught it, or
+    ``None``; seconds)."""
     target = scratch / m.path
     original = target.read_text()
     target.write_text(original.replace(m.original, m.replacement, 1))
@@ -257,7 +259,11 @@ def run(m: Mutant, scratch: Path) -> tuple[bool, float]:
         target.write_text(original)
     if result.returncode not in (0, 1):  # 2..5: interrupted, usage, no tests: not a verdict
         raise SystemExit(f"{m.name}: pytest exited {result.returncode}\n{result.stdout[-3000:]}")
-    return result.returncode == 1, time.monotonic() - started
+    seconds = time.monotonic() - started
+    if result.returncode == 0:
+        return None, seconds
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", result.stdout, re.M)
+    return (failed[0] if failed else "?"), seconds
 
 
 def main(argv: list[str]) -> int:
@@ -276,14 +282,14 @@ def main(argv: list[str]) -> int:
         return 0
     scratch = scratch_copy()
     try:
-        print("| mutant | verdict | tests run | seconds |\n|---|---|---|---|", flush=True)
+        print("| mutant | verdict | seconds | caught by |\n|---|---|---|---|", flush=True)
         survived = 0
         for m in chosen:
             caught, seconds = run(m, scratch)
-            survived += not caught
+            survived += caught is None
             verdict = "caught" if caught else "**survived**"
-            tests = ", ".join(f"`{t}`" for t in m.tests)
-            print(f"| {m.name} | {verdict} | {tests} | {seconds:.0f} |", flush=True)
+            by = f"`{caught}`" if caught else "(ran " + ", ".join(f"`{t}`" for t in m.tests) + ")"
+            print(f"| {m.name} | {verdict} | {seconds:.0f} | {by} |", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 1 if survived else 0
