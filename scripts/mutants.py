@@ -46,6 +46,7 @@ class Mutant:
 #: Where the study's own tests live (short node lists keep the study to minutes).
 FENCING = "tests/test_write_fencing.py"
 SECRETS = "tests/chaos/test_secrets.py"
+ADDON = "tests/e2e/test_meltano_backend.py"
 
 MUTANTS = (
     Mutant(
@@ -77,14 +78,14 @@ MUTANTS = (
         "mapper_state/meltano/backend.py",
         "            lease.confirm()\n            self.store.delete(",
         "            self.store.delete(",
-        ("tests/e2e/test_meltano_backend.py::test_every_state_subcommand",),
+        (f"{ADDON}::test_a_runs_write_after_its_lease_was_broken_is_refused[delete]",),
     ),
     Mutant(
         "Meltano add-on in a run: the run's lease not confirmed (RunLease.confirm)",
         "mapper_state/meltano/backend.py",
         "        if holder is None or holder.run_id != self.run_id or not holder.held:\n            raise LeaseLost(",
         "        if False:\n            raise LeaseLost(",
-        ("tests/e2e/test_meltano_run_lease.py::test_a_broken_lease_stops_the_run",),
+        (f"{ADDON}::test_a_runs_write_after_its_lease_was_broken_is_refused[set]",),
     ),
     Mutant(
         "Meltano add-on set: the write not conditional on the version read (no compare-and-swap)",
@@ -181,7 +182,7 @@ MUTANTS = (
         "mapper_state/settings.py",
         "    warnings = unknown_variables(specs, env)",
         "    warnings: list[str] = []",
-        ("tests/test_config_cli.py",),
+        ("tests/test_cli_messages.py::test_a_misspelt_variable_gets_the_closest_setting",),
     ),
     Mutant(
         "redaction hides only the first 20 characters of an Azure key",
