@@ -144,7 +144,7 @@ MUTANTS = (
         "        if on_lost:\n            on_lost(self.lost)",
         "        pass",
         (
-            "tests/chaos/test_session_fencing.py::test_a_broken_holder_stores_nothing_and_exits_4[file]",
+            "tests/test_lease_cli.py::test_a_broken_lease_stops_an_idle_run_without_waiting_for_input",
         ),
     ),
     Mutant(
