@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -386,6 +387,10 @@ def test_a_password_in_a_uri_never_leaks(tmp_path: Path, pg_location: PostgresLo
     assert not found, found
 
 
+def _exists(store: Any, key: str) -> bool:
+    return store.read(key) is not None
+
+
 def test_a_long_postgres_password_never_leaks(
     tmp_path: Path, pg_location: PostgresLocation
 ) -> None:
@@ -413,7 +418,7 @@ def test_a_long_postgres_password_never_leaks(
                 "--state-id", sid, "--state-backend-uri", uri, env=env, cwd=tmp_path,
             )  # fmt: skip
             try:
-                wait_until(lambda k=lease_key: store.read(k) is not None, "the lease", timeout=30)
+                wait_until(partial(_exists, store, lease_key), "the lease", timeout=30)
                 rows = [(key, blob.data) for key in store.list() if (blob := store.read(key))]
             finally:
                 out, err = holder.communicate(b'{"type": "STATE", "value": {"n": 1}}\n', timeout=60)
