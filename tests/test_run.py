@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,22 @@ def test_a_broken_lease_stops_the_whole_run(tmp_path: Path) -> None:
     assert b"lost the lease" in err
     for pid in children:
         assert not pid_alive(pid)
+
+
+#: A target that confirms each state by echoing the whole Singer STATE message it received.
+ECHOING_TARGET = (
+    f'{sys.executable} -c "import sys\n'
+    "for line in sys.stdin:\n"
+    '    if \'\\"STATE\\"\' in line: print(line.strip(), flush=True)"'
+)
+
+
+def test_a_target_that_echoes_state_messages_has_their_value_stored(tmp_path: Path) -> None:
+    """Some targets confirm a state by echoing the STATE message itself: what is stored is
+    its value, the state the tap reads back next time, not the message around it."""
+    result = run_cli(
+        "run", "--state-id", "job", "--tap", TAP, "--target", ECHOING_TARGET,
+        cwd=tmp_path, env=clean_env(TINY_TAP_REPORT=str(tmp_path / "tap.json")),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert stored_state(tmp_path / ".mapper-state", "job") == {"bookmarks": {"s": 3}}

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -383,4 +384,49 @@ def test_a_password_in_a_uri_never_leaks(tmp_path: Path, pg_location: PostgresLo
     found = leaks([password], [(" ".join(a[:3]), d) for a, d in captured.outputs])
     found += leaks([secret], [("holder", out + err), *rows])
     assert any(cli.LEASE_FILE in key for key, _ in rows), "no lease record was inspected"
+    assert not found, found
+
+
+def _exists(store: Any, key: str) -> bool:
+    return store.read(key) is not None
+
+
+def test_a_long_postgres_password_never_leaks(
+    tmp_path: Path, pg_location: PostgresLocation
+) -> None:
+    """A real password well past 20 characters, given as libpq's ``password`` parameter of
+    the URI and as its user-info: no piece of it in the holders' output, nor in any row
+    they wrote (the lease records keep their command lines, the states, the history)."""
+    server = pg_location.server
+    role = f"etl_{uuid.uuid4().hex[:8]}"
+    password = f"pw-long-{uuid.uuid4().hex}"
+    server.create_role(role, password, "ALTER ROLE {role} SUPERUSER")
+    plain = server.uri(pg_location.table, user=role)
+    uris = (
+        server.uri(pg_location.table, user=role, password=password),
+        plain.replace(f"//{role}@", f"//{role}:{password}@", 1),
+    )
+    env = clean_env(**DEBUG)
+    store = pg_location.open()
+    outputs: list[tuple[str, bytes]] = []
+    try:
+        for i, uri in enumerate(uris):
+            sid = f"long-password-{i}"
+            lease_key = f"{sid}/{cli.LEASE_FILE}"
+            holder = cli.spawn(
+                None,  # type: ignore[arg-type]
+                "--state-id", sid, "--state-backend-uri", uri, env=env, cwd=tmp_path,
+            )  # fmt: skip
+            try:
+                wait_until(partial(_exists, store, lease_key), "the lease", timeout=30)
+                rows = [(key, blob.data) for key in store.list() if (blob := store.read(key))]
+            finally:
+                out, err = holder.communicate(b'{"type": "STATE", "value": {"n": 1}}\n', timeout=60)
+            assert holder.returncode == 0, err.decode(errors="replace")
+            assert any(key == lease_key for key, _ in rows), "no lease record was inspected"
+            outputs += [(f"holder {i}", out + err), *rows]
+        outputs += [(key, blob.data) for key in store.list() if (blob := store.read(key))]
+    finally:
+        store.close()
+    found = leaks([password], outputs)
     assert not found, found

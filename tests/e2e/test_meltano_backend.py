@@ -657,3 +657,59 @@ def test_a_missing_library_is_installed_where_meltano_runs() -> None:
         "library is missing: boto3 (/opt/meltano-venv/bin/python -m pip install 'mapper-state[s3]')",
         "set state_backend.mapper-state+s3.region (or AWS_REGION)",
     ]
+
+
+#: Meltano's side of a run whose mapper holds the lease, then loses it to ``lock break``
+#: before Meltano writes: run by the add-on's Python, with ``WRITE`` the write to attempt.
+UNDER_A_BROKEN_RUN_LEASE = """
+import json, os, subprocess, sys, time
+from pathlib import Path
+from mapper_state.meltano.backend import MapperStateBackend
+from meltano.core.state_store import MeltanoState
+addon_uri, uri, state_id, write = sys.argv[1:]
+mapper = str(Path(sys.executable).parent / "mapper-state")
+lease = Path(uri.removeprefix("file://")) / state_id / "mapper-state.lease.json"
+b = MapperStateBackend(uri=addon_uri)
+child = subprocess.Popen(
+    [mapper, "--state-id", state_id, "--state-backend-uri", uri, "--lock-timeout-seconds", "60"],
+    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+)
+deadline = time.monotonic() + 60
+while not (lease.exists() and json.loads(lease.read_text()).get("pid") == child.pid):
+    assert time.monotonic() < deadline, "the mapper never took the lease"
+    time.sleep(0.1)
+try:
+    with b.acquire_lock(state_id, retry_seconds=1):  # the run's own lease: its mapper's
+        subprocess.run([mapper, "lock", "break", state_id, "--yes", "--state-backend-uri", uri],
+                       check=True, capture_output=True)
+        if write == "set":
+            b.set(MeltanoState(state_id, None, {"singer_state": {"bookmarks": {"s1": {"id": 2}}}}))
+        else:
+            b.delete(state_id)
+    print("written")
+finally:
+    child.stdin.close()
+    child.wait()
+"""
+
+
+@pytest.mark.parametrize("write", ["set", "delete"])
+def test_a_runs_write_after_its_lease_was_broken_is_refused(
+    tmp_path: Path, meltano_addon: Path, file_backend: Backend, write: str
+) -> None:
+    """Inside a run, Meltano writes under the lease its mapper holds; once that lease is
+    broken, its write or its delete is refused and the state stays. Nobody else wrote the
+    state, so only the confirmation of the lease before the write can refuse it."""
+    project = project_for(tmp_path / "p", meltano_addon, file_backend)
+    kept = {"bookmarks": {"s1": {"id": 1}}}
+    project.ok("set", "--force", "dev:g", singer(kept))
+    result = subprocess.run(
+        [str(meltano_addon.parent / "python"), "-c", UNDER_A_BROKEN_RUN_LEASE,
+         file_backend.addon_uri, file_backend.uri, "dev:g", write],
+        capture_output=True, text=True, check=False, env=project.env, cwd=project.root,
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 4, result.stdout + result.stderr  # LeaseLost, as Meltano shows it
+    assert "written" not in result.stdout
+    assert "the lease of this run on dev:g is gone; not writing" in result.stderr
+    assert stored(file_backend, "dev:g") == kept
