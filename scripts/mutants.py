@@ -157,10 +157,10 @@ MUTANTS = (
     Mutant(
         "the store deadline is not lowered to a third of the lease TTL",
         "mapper_state/stores/__init__.py",
-        "min(limit, settings.lock_timeout / 3)",
-        "limit",
+        "retry_deadline_seconds=settings.lock_timeout / 3,",
+        "retry_deadline_seconds=None,",
         (
-            "tests/chaos/test_wire_faults.py::test_state_get_gives_up_on_a_black_hole_within_a_third_of_the_ttl[s3]",
+            "tests/chaos/test_wire_faults.py::test_a_hung_state_write_under_a_lease_is_cut_at_a_third_of_the_ttl",
         ),
     ),
     Mutant(
