@@ -95,7 +95,10 @@ MUTANTS = (
         "            prior, version=state.load(self.store, state_id).version\n"
         "        )\n"
         "        outcome = commit.commit(self.store, lease, prior, value, options, document=document)",
-        ("tests/e2e/test_meltano_backend.py::test_concurrent_merges_lose_nothing",),
+        (
+            "tests/e2e/test_meltano_backend.py::"
+            "test_a_state_changed_behind_the_lease_is_not_overwritten_by_the_add_on",
+        ),
     ),
     Mutant(
         "Meltano add-on acquire_lock: no lease taken",

@@ -713,3 +713,35 @@ def test_a_runs_write_after_its_lease_was_broken_is_refused(
     assert "written" not in result.stdout
     assert "the lease of this run on dev:g is gone; not writing" in result.stderr
     assert stored(file_backend, "dev:g") == kept
+
+
+def test_a_state_changed_behind_the_lease_is_not_overwritten_by_the_add_on(tmp_path: Path) -> None:
+    """A writer that ignores leases (Meltano's own backend on a machine not yet switched, a
+    hand edit) changes ``state.json`` between the add-on's read under its lease and its
+    write: the write is refused (exit 4, the compare-and-swap on the version read under the
+    lease), and the other writer's state stays."""
+    root, state_id = tmp_path / "states", "dev:a-to-b"
+    path = root / state_id / state.STATE_FILE
+
+    def doc(n: int) -> dict[str, Any]:
+        return {"completed": {"singer_state": {"bookmarks": {"s": {"id": n}}}}, "partial": {}}
+
+    code = (
+        "import json, pathlib\n"
+        "from meltano.core.state_store.base import MeltanoState\n"
+        "from mapper_state.meltano.backend import MapperStateBackend\n"
+        f"b = MapperStateBackend(uri='mapper-state+file://{root}')\n"
+        "def meltano_state(d):\n"
+        f"    return MeltanoState({state_id!r}, d['completed'], d['partial'])\n"
+        f"b.set(meltano_state({doc(1)!r}))\n"
+        f"with b.acquire_lock({state_id!r}, retry_seconds=1):\n"
+        f"    b.get({state_id!r})\n"
+        f"    pathlib.Path({str(path)!r}).write_text(json.dumps({doc(9)!r}))\n"
+        "    try:\n"
+        f"        b.set(meltano_state({doc(2)!r}))\n"
+        "    except SystemExit as e:\n"
+        "        print('refused with exit', e.code)\n"
+        "b.close()\n"
+    )
+    assert "refused with exit 4" in beside_meltano(code).splitlines()
+    assert json.loads(path.read_text()) == doc(9)
