@@ -111,9 +111,10 @@ class Settling(Claim):
         landed), and a lease given up because the store did not answer the heartbeat (a
         renewal may have landed unseen; released then unless it expires within the skew
         allowance anyway: a write to a store that does not answer would only keep this
-        process past its lease). In the second case the read-back, and the release, get
-        half the time left before ``record``'s expiry at most (the other half is the
-        process's to stop before its lease ends), and the shortest check at least. Anyone
+        process past its lease). In the second case the read-back, and the release, get a
+        quarter of the time left before ``record``'s expiry at most: the rest is the
+        process's to stop its work and exit before its lease ends, which on a loaded machine
+        took over a second. Anyone
         else's lease is left alone; when even the check cannot reach the store, the error
         names how long the lease may stay ours.
         """
@@ -121,8 +122,7 @@ class Settling(Claim):
             raise failed
         seconds = check_seconds(self.ttl)
         if failed is None:
-            half_left = (record.expires_at - self.clock()) / 2
-            seconds = min(seconds, max(SHORTEST_CHECK_SECONDS, half_left))
+            seconds = min(seconds, (record.expires_at - self.clock()) / 4)
         found: LeaseRecord | None = None
         try:
             with deadline.within(seconds):
