@@ -212,6 +212,26 @@ def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
     assert stored_state(store_of(tmp_path), "live") == {"n": 2}
 
 
+def test_a_filter_writes_its_checkpoints_from_the_heartbeat_thread(tmp_path: Path) -> None:
+    """A run starts one thread, the lease's heartbeat, which also writes the checkpoints: the
+    filter works on two threads in all while it commits states and holds the lease."""
+    proc, stdin, _ = passed_first_state(tmp_path, "threads", "0")
+    wait_until(
+        lambda: stored_state(store_of(tmp_path), "threads") == {"n": 1},
+        "no checkpoint while the stream was open",
+    )
+    stdin.write(state_line({"n": 2}))
+    stdin.flush()
+    wait_until(
+        lambda: stored_state(store_of(tmp_path), "threads") == {"n": 2},
+        "no second checkpoint while the stream was open",
+    )
+    threads = len(os.listdir(f"/proc/{proc.pid}/task"))
+    stdin.close()
+    assert proc.wait(10) == 0
+    assert threads == 2, f"the filter ran {threads} threads: the main thread and the heartbeat only"
+
+
 def test_checkpoint_interval_throttles_writes(tmp_path: Path) -> None:
     proc = spawn_cli("--state-id", "slow", "--checkpoint-interval-seconds", "30", cwd=tmp_path)
     assert proc.stdin

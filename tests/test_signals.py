@@ -1,5 +1,5 @@
 """A stop signal never leaves a lock taken: the checkpointer's lock, shared by the pump and
-the background writer, is taken under ``signals.HELD``.
+the heartbeat that writes the checkpoints, is taken under ``signals.HELD``.
 
 A signal handler that raises between a lock's acquisition and the start of its ``with``
 block leaves the lock held for good, and the run then hangs at exit waiting for it (seen
@@ -38,8 +38,8 @@ def test_a_signal_in_a_held_block_is_raised_when_the_block_ends() -> None:
 
 def test_a_signal_while_the_pump_offers_a_state_leaves_the_lock_free() -> None:
     committed: list[object] = []
-    checkpointer = Checkpointer(committed.append, interval=60)
-    lock = checkpointer._cond  # what the pump and the writer share
+    checkpointer = Checkpointer(committed.append, interval=60, wake=lambda: None)
+    lock = checkpointer._lock  # what the pump and the heartbeat share
     waiting = threading.Event()
 
     def hold_then_signal() -> None:

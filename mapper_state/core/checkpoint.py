@@ -1,10 +1,12 @@
-"""The checkpointer: newest state wins, at most one write per interval, in the background.
+"""The checkpointer: newest state wins, at most one write per interval, off the stream.
 
-The pump offers every state it sees; a background thread writes the newest one
-at most once per ``checkpoint_interval_seconds``, so a slow store never slows the
-stream. ``finish`` writes the last state synchronously before exit; ``abandon``
-stops without writing anything more (the target died: states it did not
-confirm must not be stored).
+The pump offers every state it sees; the newest is written at most once per
+``checkpoint_interval_seconds``, so a slow store never slows the stream. The writes are
+made by the lease's heartbeat thread, as its chore between renewals
+(:class:`mapper_state.core.lease.Chore`): a run starts one thread, and a checkpoint's
+store calls end by the lease's deadline. ``finish`` writes the last state in the caller's
+thread before exit; ``abandon`` stops without writing anything more (the target died:
+states it did not confirm must not be stored).
 """
 
 from __future__ import annotations
@@ -22,57 +24,61 @@ _NOTHING = object()
 
 
 class Checkpointer:
-    """Coalesces offered states and commits the newest through ``commit``."""
+    """Coalesces offered states and commits the newest through ``commit``, when the
+    heartbeat calls :meth:`run` (``wake`` tells it a state was offered)."""
 
-    def __init__(self, commit: Callable[[Any], None], interval: float) -> None:
+    def __init__(
+        self, commit: Callable[[Any], None], interval: float, wake: Callable[[], None]
+    ) -> None:
         self._commit = commit
         self.interval = interval
-        self._cond = threading.Condition()
+        self._wake = wake
+        #: Guards ``_pending`` and ``_stopping``: the pump's thread offers, the heartbeat takes.
+        self._lock = threading.Lock()
+        #: Clear while the heartbeat writes a checkpoint: ``finish`` waits for it to end.
+        self._idle = threading.Event()
+        self._idle.set()
         self._pending: Any = _NOTHING
         self._stopping = False
         self._last_write = float("-inf")
         self.failure: MapperStateError | None = None
         self.commits = 0
-        self._thread = threading.Thread(target=self._run, name="checkpointer", daemon=True)
-        self._thread.start()
 
     def offer(self, value: Any) -> None:
         """Called by the pump for each state; cheap, never blocks on the store."""
-        with signals.HELD, self._cond:  # a signal must not leave the lock taken
+        with signals.HELD, self._lock:  # a signal must not leave the lock taken
             self._pending = value
-            self._cond.notify()
+        self._wake()
 
     def fail(self, error: MapperStateError) -> None:
         """Stop committing: e.g. the heartbeat found the lease lost."""
-        with self._cond:
-            if self.failure is None:
-                self.failure = error
-            self._cond.notify()
+        if self.failure is None:
+            self.failure = error
 
     def check(self) -> None:
         """Raise the failure, if any, so the stream stops."""
         if self.failure is not None:
             raise self.failure
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while (
-                    not self._stopping
-                    and self.failure is None
-                    and (
-                        self._pending is _NOTHING
-                        or time.monotonic() < self._last_write + self.interval
-                    )
-                ):
-                    if self._pending is _NOTHING:
-                        self._cond.wait()
-                    else:
-                        self._cond.wait(self._last_write + self.interval - time.monotonic())
-                if self._stopping or self.failure is not None:
-                    return
-                value, self._pending = self._pending, _NOTHING
+    # -- the heartbeat's chore ---------------------------------------------------------
+    def due_in(self) -> float | None:
+        """Seconds until the newest state is due to be written; ``None``: nothing to write."""
+        if self._pending is _NOTHING or self._stopping or self.failure is not None:
+            return None
+        return self._last_write + self.interval - time.monotonic()
+
+    def run(self) -> None:
+        """Write the newest state (in the heartbeat's thread); :class:`LeaseLost` if the
+        lease turned out lost. A store failure is a warning: the state is tried again."""
+        with self._lock:
+            if self._stopping or self.failure is not None or self._pending is _NOTHING:
+                return
+            value, self._pending = self._pending, _NOTHING
+            self._idle.clear()
+        try:
             self._write(value, background=True)
+        finally:
+            self._idle.set()
 
     def _write(self, value: Any, *, background: bool) -> None:
         try:
@@ -80,41 +86,42 @@ class Checkpointer:
             self.commits += 1
         except LeaseLost as exc:
             self.fail(exc)
-            if not background:
-                raise
+            raise
         except StoreError as exc:
             if not background:
                 raise
             log.warning(f"checkpoint failed, will retry: {exc.message}")
-            with self._cond:  # keep the newest: put ours back unless a newer one came
+            with self._lock:  # keep the newest: put ours back unless a newer one came
                 if self._pending is _NOTHING:
                     self._pending = value
+        except MapperStateError as exc:
+            if not background:
+                raise
+            self.fail(exc)  # the stream stops on it, as on a lost lease
         finally:
             self._last_write = time.monotonic()
 
-    def _stop_thread(self, timeout: float | None = None) -> None:
-        with signals.HELD, self._cond:
+    # -- the end of the run ----------------------------------------------------------
+    def _stop(self) -> None:
+        """No more writes from the heartbeat (one in progress goes on to its end)."""
+        with signals.HELD, self._lock:
             self._stopping = True
-            self._cond.notify()
-        self._thread.join(timeout)
 
     def finish(self) -> bool:
         """Write the newest uncommitted state now; return whether anything was written."""
-        self._stop_thread()
+        self._stop()
+        self._idle.wait()  # a checkpoint the heartbeat is writing ends first (by its deadline)
         self.check()
-        with signals.HELD, self._cond:
+        with signals.HELD, self._lock:
             value, self._pending = self._pending, _NOTHING
         if value is _NOTHING:
             return False
         self._write(value, background=False)
         return True
 
-    def abandon(self, timeout: float | None = None) -> None:
-        """Stop without writing what has not been committed yet.
-
-        A write still waiting on the store is not waited for longer than ``timeout``:
-        it is fenced (conditional on versions) and may be left to fail on its own.
-        """
-        with signals.HELD, self._cond:
+    def abandon(self) -> None:
+        """Stop without writing what has not been committed yet. A write the heartbeat has
+        in progress ends by its deadline (and is fenced): stopping the heartbeat waits for it."""
+        self._stop()
+        with signals.HELD, self._lock:
             self._pending = _NOTHING
-        self._stop_thread(timeout)

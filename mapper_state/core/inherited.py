@@ -8,7 +8,8 @@ second lease: it would wait for its own run, or be refused as busy. It writes un
 enclosing run's lease instead, fenced: before each write it reads the lease record and
 goes on only while the record is still that run's, held and not about to expire; else
 the write is refused with :class:`~mapper_state.errors.LeaseLost`. The enclosing run
-renews and releases the lease, so here heartbeat and release do nothing.
+renews and releases the lease, so here the heartbeat renews nothing (it only does a run's
+checkpoints) and release does nothing.
 
 Callers build their lease with :func:`lease_for` instead of ``Lease.for_settings``: the
 same lease surface either way, one call.
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mapper_state.core.lease import (
+    Chore,
     Lease,
     LeaseRecord,
     LeaseTiming,
@@ -113,11 +115,12 @@ class InheritedLease(Lease):
     def acquire(self) -> None:
         self.confirm()
 
-    def start_heartbeat(self, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
-        """The enclosing run renews the lease."""
-
-    def stop_heartbeat(self) -> None:
-        """Nothing was started."""
+    def start_heartbeat(
+        self, on_lost: Callable[[LeaseLost], None] | None = None, chore: Chore | None = None
+    ) -> None:
+        """The enclosing run renews the lease: a heartbeat starts only to do ``chore``."""
+        if chore is not None:
+            super().start_heartbeat(on_lost, chore)
 
     def release(self) -> None:
         """The enclosing run releases the lease."""

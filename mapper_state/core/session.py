@@ -1,8 +1,8 @@
 """A run's hold on one state ID: lease, prior state, fenced commits, final snapshot, release.
 
 The filter and ``run`` share this: both take the lease, read the prior state,
-commit states through a :class:`Checkpointer` and, on every exit path, release
-the lease. Each state goes through :func:`mapper_state.core.commit.commit` (the guard,
+commit states through a :class:`Checkpointer` (written by the lease's heartbeat, its one
+thread) and, on every exit path, release the lease. Each state goes through :func:`mapper_state.core.commit.commit` (the guard,
 the lease confirmed by a compare-and-swap renewal, the state written conditionally on
 the version last seen: fencing); the run's last state is kept in the history when it ends.
 """
@@ -97,8 +97,10 @@ class Session:
             self.hooks.check_prior(self.settings, self.prior, self.store.display_uri)
             with signals.deferred():
                 self._current = self.prior
-                self.checkpointer = Checkpointer(self._commit, self.settings.checkpoint_interval)
-                self.lease.start_heartbeat(on_lost=self._lost)
+                self.checkpointer = Checkpointer(
+                    self._commit, self.settings.checkpoint_interval, wake=self.lease.wake
+                )
+                self.lease.start_heartbeat(on_lost=self._lost, chore=self.checkpointer)
             self._exit_stack = stack.pop_all()
         return self
 
@@ -144,10 +146,9 @@ class Session:
         self._exit_stack.close()
 
     def _stop(self) -> None:
-        self.lease.stop_heartbeat()
         if self.checkpointer is not None:
-            # a write stuck on the store after the lease was lost is fenced: do not wait on it
-            self.checkpointer.abandon(timeout=None if self.lease.lost is None else 0.05)
+            self.checkpointer.abandon()  # nothing more is written...
+        self.lease.stop_heartbeat()  # ...once a checkpoint in progress has ended
 
     @property
     def tap_state(self) -> Any:

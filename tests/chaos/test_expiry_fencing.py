@@ -34,7 +34,7 @@ from tests.chaos.conftest import (
 from tests.chaos.intervals import overlaps, read_logs
 from tests.chaos.test_mutual_exclusion import holder_failures, run_holders, spec_for
 from tests.chaos.test_wire_faults import all_writes, state_writes
-from tests.helpers import state_line, wait_until
+from tests.helpers import record_line, state_line, wait_until
 from tests.servers import StoreLocation
 
 
@@ -50,6 +50,13 @@ def test_a_frozen_holder_is_fenced_and_the_new_holder_keeps_its_lease(
     taker = None
     try:
         first = cli.wait_for_holder(direct, state_id, holder.pid)
+        # frozen once streaming: frozen in its first read of the state, it would fail that
+        # read past its deadline (exit 5) instead of being fenced
+        assert holder.stdin is not None
+        assert holder.stdout is not None
+        holder.stdin.write(record_line(1))
+        holder.stdin.flush()
+        assert holder.stdout.readline() == record_line(1)
         holder.send_signal(signal.SIGSTOP)
         time.sleep(ttl + skew_allowance(ttl) + 0.3)
         # the new holder renews only every 10 s, so a deleted lease shows at once

@@ -7,7 +7,8 @@ concern has its module, to be read top to bottom:
 - ``claim.py``: what a holder knows of its claim (record, version, lost or not);
 - ``acquire.py``: taking it, a create-if-absent or a compare-and-swap takeover;
 - ``hold.py``: holding it, renewals by compare-and-swap from a heartbeat thread, each
-  bound by a deadline before the lease expires; confirming is renewing (fencing);
+  bound by a deadline before the lease expires; confirming is renewing (fencing); the
+  run's checkpoints are the heartbeat's chore between renewals;
 - ``settle.py``: a write whose answer was lost, settled by reading the lease back;
 - ``release.py``: giving it up, and ``lock break``.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from mapper_state.core.lease.acquire import Acquiring
-from mapper_state.core.lease.hold import Holding
+from mapper_state.core.lease.hold import Chore, Holding
 from mapper_state.core.lease.record import (
     BROKEN,
     HELD,
@@ -45,6 +46,7 @@ __all__ = [
     "HELD",
     "LEASE_FILE",
     "RELEASED",
+    "Chore",
     "Lease",
     "LeaseRecord",
     "LeaseTiming",

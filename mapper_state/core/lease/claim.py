@@ -60,7 +60,11 @@ class Claim:
         #: Held while a renewal or a release talks to the store: one at a time.
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        #: Set to wake the heartbeat before its pause ends (its chore has work, or stop).
+        self._wake = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        #: When the heartbeat renews next (our clock); each renewal, a confirmation too, moves it.
+        self._renew_at = 0.0
 
     def _fresh_record(self, now: float) -> LeaseRecord:
         """A new record of this run, acquired now and expiring a TTL from now."""
@@ -90,7 +94,9 @@ class Claim:
         raise NotImplementedError
 
     def stop_heartbeat(self) -> None:
-        """Stop renewing, and wait for the heartbeat thread (its renewal ends by its deadline)."""
+        """Stop renewing, and wait for the heartbeat thread (its renewal, or its chore, ends by
+        its deadline)."""
         self._stop.set()
+        self._wake.set()
         if self._heartbeat and self._heartbeat is not threading.current_thread():
             self._heartbeat.join()

@@ -2,11 +2,14 @@
 
 A renewal replaces our record, at the version the store last gave it, by one expiring a
 TTL from now; a refusal means someone broke or took over the lease, and the run has lost
-it. The heartbeat thread (the only thread the lease starts) renews every third of the
-TTL. Each renewal carries a deadline, the lease's expiry minus :func:`skew_allowance`
-(:mod:`mapper_state.stores.deadline`): the store call ends by then whatever the store
-does, and a renewal that has not succeeded by then declares the lease lost at that
-moment, so a store that stops answering cannot keep a run working past its lease.
+it. The heartbeat thread (the only thread a run starts in ``core``) renews every third
+of the TTL. Each renewal carries a deadline, the lease's expiry minus
+:func:`skew_allowance` (:mod:`mapper_state.stores.deadline`): the store call ends by then
+whatever the store does, and a renewal that has not succeeded by then declares the lease
+lost at that moment, so a store that stops answering cannot keep a run working past its
+lease. Between renewals the heartbeat does the run's :class:`Chore` (its checkpoints),
+whose store calls end by the same deadline: no state write outlives the lease it was
+made under, and a renewal that is due goes before it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from mapper_state.core.lease.record import LeaseRecord, lost_to, read_lease, skew_allowance
 from mapper_state.core.lease.settle import Settling
@@ -22,6 +26,17 @@ from mapper_state.stores import deadline
 from mapper_state.stores.base import PreconditionFailed, StoreError
 
 OnLost = Callable[[LeaseLost], None]
+
+
+class Chore(Protocol):
+    """Work the heartbeat thread does between renewals (a run's checkpoints), so that a
+    run starts one thread, not two. A renewal that is due always goes first."""
+
+    def due_in(self) -> float | None:
+        """Seconds until the chore is due (zero or less: now); ``None``: nothing to do."""
+
+    def run(self) -> None:
+        """Do it (in the heartbeat thread); :class:`LeaseLost` ends the heartbeat."""
 
 
 class Holding(Settling):
@@ -50,6 +65,7 @@ class Holding(Settling):
             except StoreError as exc:
                 self._renewal_landed(exc, record)
             self.record = record
+            self._renew_at = now + self.ttl / 3  # a confirmation is a renewal too
         finally:
             self._lock.release()
 
@@ -81,36 +97,72 @@ class Holding(Settling):
         self.record, self.version = None, None
 
     # -- the heartbeat -------------------------------------------------------------
-    def start_heartbeat(self, on_lost: OnLost | None = None) -> None:
-        """Renew every third of the TTL in a thread; call ``on_lost`` once if the lease is lost."""
+    def start_heartbeat(self, on_lost: OnLost | None = None, chore: Chore | None = None) -> None:
+        """Renew every third of the TTL in a thread, and do ``chore`` there when it is due;
+        call ``on_lost`` once if the lease is lost."""
         self._heartbeat = threading.Thread(
-            target=self._beat, args=(on_lost,), name="lease-heartbeat", daemon=True
+            target=self._beat, args=(on_lost, chore), name="lease-heartbeat", daemon=True
         )
         self._heartbeat.start()
 
-    def _beat(self, on_lost: OnLost | None) -> None:
-        """The heartbeat thread: renew until stopped, or until the lease is lost."""
-        # a lease adopted after its create's answer was lost is already some seconds old
-        first = self.record.renewed_at + self.ttl / 3 - self.clock() if self.record else 0
-        pause: float | None = max(0.0, min(self.ttl / 3, first))
-        while pause is not None and not self._stop.wait(pause):
-            record = self.record
-            if record is None:
-                return
-            pause = self._beat_once(record.expires_at - skew_allowance(self.ttl), on_lost)
+    def wake(self) -> None:
+        """Wake the heartbeat now: its chore has work (a state offered)."""
+        self._wake.set()
 
-    def _beat_once(self, by: float, on_lost: OnLost | None) -> float | None:
-        """One renewal that must end by ``by`` (our clock): the pause before the next one,
-        or ``None`` when the heartbeat is over (stopped, or the lease lost)."""
+    def _first_renewal(self) -> float | None:
+        """When the heartbeat first renews (``None``: never, someone else renews)."""
+        if self.record is None:
+            return None
+        # a lease adopted after its create's answer was lost is already some seconds old
+        return min(self.clock() + self.ttl / 3, self.record.renewed_at + self.ttl / 3)
+
+    def _beat(self, on_lost: OnLost | None, chore: Chore | None) -> None:
+        """The heartbeat thread: renew (a renewal that is due goes first) and do the chore,
+        until stopped or until the lease is lost."""
+        first = self._first_renewal()
+        renewing = first is not None
+        self._renew_at = first if first is not None else float("inf")
+        while self._sleep(self._pause(chore)):
+            if renewing and self.record is None:
+                return  # released meanwhile
+            if renewing and self.clock() >= self._renew_at:
+                going_on = self._beat_once(on_lost)
+            elif chore is not None and (due := chore.due_in()) is not None and due <= 0.0:
+                going_on = self._do_chore(chore, on_lost)
+            else:
+                continue
+            if not going_on:
+                return
+
+    def _pause(self, chore: Chore | None) -> float:
+        """Seconds until the next renewal or the chore is due, whichever is first."""
+        pause = self._renew_at - self.clock()
+        due = chore.due_in() if chore is not None else None
+        return max(0.0, pause if due is None else min(pause, due))
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``, or until woken; ``False`` once the heartbeat is stopped."""
+        self._wake.wait(min(seconds, threading.TIMEOUT_MAX))
+        # cleared before the caller looks for work: a wake-up after this is not lost
+        self._wake.clear()
+        return not self._stop.is_set()
+
+    def _beat_once(self, on_lost: OnLost | None) -> bool:
+        """One renewal, which must end by the lease's expiry minus the skew allowance; whether
+        the heartbeat goes on (``False``: stopped, or the lease lost)."""
+        record = self.record
+        if record is None:
+            return False
+        by = record.expires_at - skew_allowance(self.ttl)
         try:
             with deadline.within(by - self.clock()):
                 self.renew()
         except LeaseLost as exc:
             self._lose(exc, on_lost)
-            return None
+            return False
         except StoreError:
             if self._stop.is_set():
-                return None
+                return False
             if self.clock() >= by:
                 self._lose(
                     LeaseLost(
@@ -119,16 +171,32 @@ class Holding(Settling):
                     ),
                     on_lost,
                 )
-                return None
+                return False
             # transient: try again soon, within the lease
-            return min(self.ttl / 3, max(0.05, (by - self.clock()) / 3))
+            self._renew_at = self.clock() + min(self.ttl / 3, max(0.05, (by - self.clock()) / 3))
         except Exception as exc:  # noqa: BLE001 - any other failure loses the lease, named
             self._lose(
                 LeaseLost(f"lost the lease on {self.state_id}: renewing it failed: {exc!r}"),
                 on_lost,
             )
-            return None
-        return self.ttl / 3
+            return False
+        return True
+
+    def _do_chore(self, chore: Chore, on_lost: OnLost | None) -> bool:
+        """Do the chore, its store calls ending by the lease's expiry minus the skew
+        allowance (no write outlives the lease it was made under); whether the heartbeat
+        goes on (``False`` when the chore found the lease lost)."""
+        record = self.record
+        try:
+            if record is None:  # someone else renews (an enclosing run): no deadline of ours
+                chore.run()
+            else:
+                with deadline.within(record.expires_at - skew_allowance(self.ttl) - self.clock()):
+                    chore.run()
+        except LeaseLost as exc:
+            self._lose(exc, on_lost)
+            return False
+        return True
 
     def _lose(self, error: LeaseLost, on_lost: OnLost | None) -> None:
         """The lease is lost: remember it, tell ``on_lost`` once, end the heartbeat."""

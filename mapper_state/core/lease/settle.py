@@ -114,15 +114,17 @@ class Settling(Claim):
         process past its lease). In the second case the read-back, and the release, get a
         quarter of the time left before ``record``'s expiry at most: the rest is the
         process's to stop its work and exit before its lease ends, which on a loaded machine
-        took over a second. Anyone
-        else's lease is left alone; when even the check cannot reach the store, the error
-        names how long the lease may stay ours.
+        took over a second (a lease known to have expired already gets the shortest
+        check). Anyone else's lease is left alone; when even the check cannot reach the
+        store, the error names how long the lease may stay ours.
         """
         if failed is not None and _nothing_landed(failed):
             raise failed
         seconds = check_seconds(self.ttl)
         if failed is None:
-            seconds = min(seconds, (record.expires_at - self.clock()) / 4)
+            left = record.expires_at - self.clock()
+            # gone already: the shortest check, enough to release a renewal that landed late
+            seconds = min(seconds, left / 4 if left > 0 else SHORTEST_CHECK_SECONDS)
         found: LeaseRecord | None = None
         try:
             with deadline.within(seconds):
