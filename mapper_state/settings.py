@@ -18,9 +18,9 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from mapper_state.errors import ConfigError
 from mapper_state.redact import redact, uri_secrets
@@ -258,6 +258,29 @@ class SettingsSource(Protocol):
         ...
 
 
+_T = TypeVar("_T")
+
+
+def _maybe(convert: Callable[[Any], _T]) -> Callable[[Any], _T | None]:
+    """``convert``, but ``None`` (a setting not set) stays ``None``."""
+    return lambda value: None if value is None else convert(value)
+
+
+def _log_format(value: Any) -> Literal["text", "json"]:
+    return "json" if value == "json" else "text"
+
+
+class _Read(Generic[_T]):
+    """A typed read of one of the run's settings, declared in one line on :class:`Settings`."""
+
+    def __init__(self, name: str, convert: Callable[[Any], _T]) -> None:
+        self.name = name
+        self.convert = convert
+
+    def __get__(self, settings: Settings, owner: type[Settings] | None = None) -> _T:
+        return self.convert(settings.values.get(self.name))
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved settings: ``values`` maps every dotted setting name to its typed value."""
@@ -272,86 +295,26 @@ class Settings:
     warnings: tuple[str, ...] = ()
 
     # Typed access to the run's own settings; a store reads its own with :meth:`section`.
-
-    @property
-    def state_id(self) -> str | None:
-        value = self.values["state_id"]
-        return None if value is None else str(value)
-
-    @property
-    def uri(self) -> str:
-        return str(self.values[URI_SETTING])
-
-    @property
-    def lock_timeout(self) -> float:
-        return float(self.values["state_backend.lock_timeout_seconds"])
-
-    @property
-    def lock_retry(self) -> float:
-        return float(self.values["state_backend.lock_retry_seconds"])
-
-    @property
-    def lock_wait(self) -> float:
-        return float(self.values["state_backend.lock_wait_seconds"])
-
-    @property
-    def checkpoint_interval(self) -> float:
-        return float(self.values["checkpoint_interval_seconds"])
-
-    @property
-    def state_merge(self) -> bool:
-        return bool(self.values["state_merge"])
-
-    @property
-    def lock_only(self) -> bool | None:
-        """``None`` when not set: the Meltano policy decides."""
-        value = self.values["lock_only"]
-        return None if value is None else bool(value)
-
-    @property
-    def history_keep(self) -> int:
-        return int(self.values["history_keep"])
-
-    @property
-    def tap(self) -> str | None:
-        return self._text("tap")
-
-    @property
-    def target(self) -> str | None:
-        return self._text("target")
-
-    @property
-    def full_refresh(self) -> bool:
-        return bool(self.values["full_refresh"])
-
-    @property
-    def full_refresh_streams(self) -> str | None:
-        """As given: comma-separated names or a JSON array (``core.bookmarks`` parses it)."""
-        return self._text("full_refresh_streams")
-
-    @property
-    def allow_state_reset(self) -> bool:
-        return bool(self.values["allow_state_reset"])
-
-    @property
-    def metrics_file(self) -> str | None:
-        return self._text("metrics_file")
-
-    @property
-    def dry_run(self) -> bool:
-        return bool(self.values["dry_run"])
-
-    @property
-    def strict(self) -> bool:
-        return bool(self.values["strict"])
-
-    @property
-    def log_format(self) -> Literal["text", "json"]:
-        return "json" if self.values["log_format"] == "json" else "text"
-
-    def _text(self, name: str) -> str | None:
-        value = self.values.get(name)
-        return None if value is None else str(value)
+    state_id = _Read("state_id", _maybe(str))
+    uri = _Read(URI_SETTING, str)
+    lock_timeout = _Read("state_backend.lock_timeout_seconds", float)
+    lock_retry = _Read("state_backend.lock_retry_seconds", float)
+    lock_wait = _Read("state_backend.lock_wait_seconds", float)
+    checkpoint_interval = _Read("checkpoint_interval_seconds", float)
+    state_merge = _Read("state_merge", bool)
+    #: ``None`` when not set: the Meltano policy decides.
+    lock_only = _Read("lock_only", _maybe(bool))
+    history_keep = _Read("history_keep", int)
+    tap = _Read("tap", _maybe(str))
+    target = _Read("target", _maybe(str))
+    full_refresh = _Read("full_refresh", bool)
+    #: As given: comma-separated names or a JSON array (``core.bookmarks`` parses it).
+    full_refresh_streams = _Read("full_refresh_streams", _maybe(str))
+    allow_state_reset = _Read("allow_state_reset", bool)
+    metrics_file = _Read("metrics_file", _maybe(str))
+    dry_run = _Read("dry_run", bool)
+    strict = _Read("strict", bool)
+    log_format = _Read("log_format", _log_format)
 
     def section(self, name: str) -> dict[str, Any]:
         """The ``state_backend.<name>.*`` settings that are set, by short name."""

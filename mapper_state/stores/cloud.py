@@ -146,6 +146,10 @@ class CloudStore(RetryDeadline, abc.ABC):
         connect = min(self.connect_timeout, budget / 2)
         return connect, min(self.read_timeout, budget - connect)
 
+    def _refused(self, key: str, why: str) -> PreconditionFailed:
+        """A conditional write or delete of ``key`` the server refused: ``why`` says how."""
+        return PreconditionFailed(f"{self.display_uri}/{key} {why}")
+
     def _call(self, op: str, key: str, fn: Callable[[], T], stats: RetryStats | None = None) -> T:
         """Run one request with retries within its deadline (the store's own limit, or the
         caller's when sooner); turn a permanent failure into a store error."""

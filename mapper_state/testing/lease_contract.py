@@ -19,6 +19,14 @@ from mapper_state.stores.base import BlobStore
 from mapper_state.testing.racing import race
 
 
+def expired_lease(store: BlobStore, state_id: str) -> Lease:
+    """A lease taken on ``state_id`` and let expire, as a holder that stalled would."""
+    lease = Lease(store, state_id, ttl=0.5)
+    lease.acquire()
+    time.sleep(0.7)
+    return lease
+
+
 class LeaseContract:
     def test_acquire_is_exclusive_and_names_the_holder(
         self, store: BlobStore, second_client: BlobStore
@@ -54,11 +62,12 @@ class LeaseContract:
         holder.release()
 
     def test_expired_lease_is_taken_over(self, store: BlobStore, second_client: BlobStore) -> None:
-        crashed = Lease(store, "crash", ttl=1)
+        # a TTL of 3 s: the busy check must come before the expiry on a loaded machine too
+        crashed = Lease(store, "crash", ttl=3)
         crashed.acquire()  # never renewed, never released: a SIGKILLed holder
         with pytest.raises(LeaseBusy):
-            Lease(second_client, "crash", ttl=1).acquire()
-        time.sleep(1.5)
+            Lease(second_client, "crash", ttl=3).acquire()
+        time.sleep(3.5)
         taker = Lease(second_client, "crash", ttl=30, run_id="taker")
         taker.acquire()
         record, _ = read_lease(store, "crash")
@@ -81,8 +90,7 @@ class LeaseContract:
     def test_takeover_race_has_one_winner(self, store: BlobStore, second_client: BlobStore) -> None:
         for round_ in range(3):
             state_id = f"race-{round_}"
-            Lease(store, state_id, ttl=0.5).acquire()
-            time.sleep(0.7)
+            expired_lease(store, state_id)
             leases = [Lease((store, second_client)[i % 2], state_id, ttl=30) for i in range(4)]
 
             def take(lease: Lease) -> bool:
@@ -125,9 +133,7 @@ class LeaseContract:
         # its lease expired, was taken over and released, then a third run created a new
         # one: a store whose versions restart after a delete would let the stalled holder's
         # version match the new lease (A-B-A)
-        stalled = Lease(store, "aba", ttl=0.5)
-        stalled.acquire()
-        time.sleep(0.7)
+        stalled = expired_lease(store, "aba")
         taker = Lease(second_client, "aba", ttl=30)
         taker.acquire()
         taker.release()
@@ -144,9 +150,7 @@ class LeaseContract:
         self, store: BlobStore, second_client: BlobStore
     ) -> None:
         # also on a store that ignores delete conditions: release is by compare-and-swap there
-        old = Lease(store, "handover", ttl=0.5)
-        old.acquire()
-        time.sleep(0.7)
+        old = expired_lease(store, "handover")
         new = Lease(second_client, "handover", ttl=30, run_id="new")
         new.acquire()
         old.release()

@@ -39,6 +39,12 @@ def count_pages(store: Any) -> Callable[[], int]:
     return lambda: pages
 
 
+def data_of(store: BlobStore, key: str) -> bytes | None:
+    """The bytes the store holds at ``key`` (``None``: no such object)."""
+    blob = store.read(key)
+    return None if blob is None else blob.data
+
+
 def went_through(write: Callable[[], object]) -> bool:
     """Whether a conditional write was made (``False``: the store refused it)."""
     try:
@@ -68,9 +74,7 @@ class StoreContract:
         store.create("a/lock", b"first")
         with pytest.raises(PreconditionFailed):
             store.create("a/lock", b"second")
-        blob = store.read("a/lock")
-        assert blob is not None
-        assert blob.data == b"first"
+        assert data_of(store, "a/lock") == b"first"
 
     def test_replace_with_current_version(self, store: BlobStore) -> None:
         v1 = store.create("k", b"one")
@@ -86,9 +90,7 @@ class StoreContract:
         store.replace("k", b"two", if_version=v1)
         with pytest.raises(PreconditionFailed):
             store.replace("k", b"three", if_version=v1)
-        blob = store.read("k")
-        assert blob is not None
-        assert blob.data == b"two"
+        assert data_of(store, "k") == b"two"
 
     def test_rewriting_the_same_state_gives_a_new_version(self, store: BlobStore) -> None:
         # S3's versions are content hashes: only unique bytes per write (a serial and the
@@ -122,9 +124,7 @@ class StoreContract:
         for stale in seen[:2]:
             with pytest.raises(PreconditionFailed):
                 store.replace("aba", b"stale writer", if_version=stale)
-        blob = store.read("aba")
-        assert blob is not None
-        assert blob.data == b"second life 3"
+        assert data_of(store, "aba") == b"second life 3"
 
     def test_one_store_object_serves_two_threads(self, store: BlobStore) -> None:
         # the lease's heartbeat renews from its own thread while the run reads and writes
@@ -140,9 +140,7 @@ class StoreContract:
 
         assert race([functools.partial(work, i) for i in range(2)]) == [0, 1]
         for i in range(2):
-            blob = store.read(f"thread-{i}/state.json")
-            assert blob is not None
-            assert blob.data == b"5"
+            assert data_of(store, f"thread-{i}/state.json") == b"5"
 
     def test_delete_unconditional_and_absent(self, store: BlobStore) -> None:
         store.create("k", b"one")
@@ -246,9 +244,7 @@ class StoreContract:
     def test_binary_and_large_values(self, store: BlobStore) -> None:
         data = bytes(range(256)) * 8192  # 2 MiB
         store.create("big", data)
-        blob = store.read("big")
-        assert blob is not None
-        assert blob.data == data
+        assert data_of(store, "big") == data
 
     def test_second_client_sees_writes_and_conflicts(
         self, store: BlobStore, second_client: BlobStore
@@ -275,9 +271,7 @@ class StoreContract:
                 [functools.partial(create, (store, second_client)[i % 2], i) for i in range(4)]
             )
             assert len(winners) == 1
-            blob = store.read(key)
-            assert blob is not None
-            assert blob.data == str(winners[0]).encode()
+            assert data_of(store, key) == str(winners[0]).encode()
 
     def test_racing_replaces_have_one_winner(
         self, store: BlobStore, second_client: BlobStore

@@ -49,7 +49,6 @@ def state_export(cx: StoreAccess, pattern: str | None, meltano: bool) -> None:
 @click.argument("source", metavar="[FILE|-]", default="-")
 @click.option(
     "--state-id",
-    "state_id",
     type=STATE_ID,
     help="The state ID for input without one (what `meltano state get ID` prints).",
 )

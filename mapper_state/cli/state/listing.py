@@ -20,7 +20,6 @@ from mapper_state.ops import fleet
 @click.option("--pattern", metavar="GLOB", help="Only state IDs matching GLOB (* ? [...]).")
 @click.option(
     "--long",
-    "long_format",
     is_flag=True,
     help="Last written (time, age), writer's run ID, lease holder, snapshots kept.",
 )
@@ -33,7 +32,7 @@ from mapper_state.ops import fleet
 @format_option
 @store_command(codes=(ExitCode.STALE, ExitCode.DOWNSTREAM_CLOSED))
 def state_list(
-    cx: StoreAccess, pattern: str | None, long_format: bool, stale: str | None, output_format: str
+    cx: StoreAccess, pattern: str | None, long: bool, stale: str | None, output_format: str
 ) -> None:
     """List the state IDs in the store.
 
@@ -48,7 +47,7 @@ def state_list(
       mapper-state state list --long --state-backend-uri s3://bucket/states
       mapper-state state list --stale 36h || alert "a pipeline is stuck"
     """
-    if stale is not None or long_format:
+    if stale is not None or long:
         _fleet(cx, pattern, stale, output_format)
         return
     ids = ops.list_state_ids(cx.store, pattern)

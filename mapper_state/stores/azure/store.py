@@ -34,14 +34,7 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    Opener,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-    missing_bucket,
-)
+from mapper_state.stores import base
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -93,29 +86,29 @@ class AzureBlobStore(CloudStore):
 
     def _store_error(
         self, exc: Exception, op: str, where: str, stats: RetryStats
-    ) -> StoreError | None:
+    ) -> base.StoreError | None:
         if isinstance(exc, ClientAuthenticationError):
-            return StoreAccessDenied(
+            return base.StoreAccessDenied(
                 f"Azure refused {op} of {where}: {type(exc).__name__}{_code(exc)} "
                 f"(check {_SETTING}connection_string or the Azure credential's role)"
             )
         if isinstance(exc, ResourceNotFoundError):
             if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
                 return self._missing_container()
-            return StoreError(f"Azure {op} of {where} failed: not found{_code(exc)}")
+            return base.StoreError(f"Azure {op} of {where} failed: not found{_code(exc)}")
         if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
-            return StoreError(
+            return base.StoreError(
                 f"cannot reach Azure Blob Storage at {self.container.primary_hostname} for {op} "
                 f"of {where}: {type(exc).__name__}{stats.summary()}"
             )
         if isinstance(exc, HttpResponseError):
             if _status(exc) == 403:
-                return StoreAccessDenied(f"Azure refused {op} of {where}{_code(exc)}")
-            return StoreError(
+                return base.StoreAccessDenied(f"Azure refused {op} of {where}{_code(exc)}")
+            return base.StoreError(
                 f"Azure {op} of {where} failed: HTTP {_status(exc)}{_code(exc)}{stats.summary()}"
             )
         if isinstance(exc, AzureError):
-            return StoreError(f"Azure {op} of {where} failed: {type(exc).__name__}")
+            return base.StoreError(f"Azure {op} of {where} failed: {type(exc).__name__}")
         return None
 
     def _per_call(self) -> dict[str, Any]:
@@ -123,9 +116,9 @@ class AzureBlobStore(CloudStore):
         connect, read = self.timeouts()
         return {"connection_timeout": connect, "read_timeout": read}
 
-    def _missing_container(self) -> StoreError:
+    def _missing_container(self) -> base.StoreError:
         name = self.container.container_name
-        return missing_bucket("Azure container", name, self.container.primary_hostname)
+        return base.missing_bucket("Azure container", name, self.container.primary_hostname)
 
     def _write(self, op: str, key: str, data: bytes, **conditions: Any) -> str:
         blob = self.container.get_blob_client(self._key(key))
@@ -134,19 +127,19 @@ class AzureBlobStore(CloudStore):
             try:
                 return str(blob.upload_blob(data, **conditions, **self._per_call())["etag"])
             except (ResourceExistsError, ResourceModifiedError):
-                raise PreconditionFailed(f"{self.display_uri}/{key} changed or exists") from None
+                raise self._refused(key, "changed or exists") from None
             except ResourceNotFoundError as exc:
                 if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
                     raise
-                raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                raise self._refused(key, "no longer exists") from None
 
         return self._conditional_write(op, key, data, upload)
 
     # -- the interface -----------------------------------------------------------
-    def read(self, key: str) -> Blob | None:
+    def read(self, key: str) -> base.Blob | None:
         blob = self.container.get_blob_client(self._key(key))
 
-        def download() -> Blob | None:
+        def download() -> base.Blob | None:
             try:
                 downloader = blob.download_blob(**self._per_call())
                 data = downloader.readall()
@@ -154,7 +147,7 @@ class AzureBlobStore(CloudStore):
                 if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
                     raise
                 return None
-            return Blob(data, str(downloader.properties.etag))
+            return base.Blob(data, str(downloader.properties.etag))
 
         return self._call("read", key, download)
 
@@ -181,12 +174,12 @@ class AzureBlobStore(CloudStore):
             try:
                 blob.delete_blob(**conditions, **self._per_call())
             except ResourceModifiedError:
-                raise PreconditionFailed(f"{self.display_uri}/{key} changed") from None
+                raise self._refused(key, "changed") from None
             except ResourceNotFoundError as exc:
                 if getattr(exc, "error_code", None) == _MISSING_CONTAINER:
                     raise
                 if if_version is not None:
-                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                    raise self._refused(key, "no longer exists") from None
 
         self._call("delete", key, delete)
 
@@ -249,4 +242,4 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> AzureB
 
 # What the type checker proves: the opener has the registry's signature, so the store it
 # returns serves the whole interface.
-_OPENER: Opener = from_uri
+_OPENER: base.Opener = from_uri

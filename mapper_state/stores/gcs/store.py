@@ -32,14 +32,7 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    Opener,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-    missing_bucket,
-)
+from mapper_state.stores import base
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -95,25 +88,25 @@ class GcsStore(CloudStore):
 
     def _store_error(
         self, exc: Exception, op: str, where: str, stats: RetryStats
-    ) -> StoreError | None:
+    ) -> base.StoreError | None:
         if isinstance(
             exc,
             (api.Unauthorized, api.Forbidden, auth.RefreshError, auth.DefaultCredentialsError),
         ):
-            return StoreAccessDenied(
+            return base.StoreAccessDenied(
                 f"Google Cloud Storage refused {op} of {where}: {type(exc).__name__} (check "
                 f"{_SETTING}application_credentials_path or the account's role on the bucket)"
             )
         if isinstance(exc, api.NotFound):
             if not self._bucket_exists():
                 return self._missing_bucket()
-            return StoreError(f"Google Cloud Storage {op} of {where} failed: not found")
+            return base.StoreError(f"Google Cloud Storage {op} of {where} failed: not found")
         if isinstance(exc, api.GoogleAPICallError):
-            return StoreError(
+            return base.StoreError(
                 f"Google Cloud Storage {op} of {where} failed: HTTP {exc.code}{stats.summary()}"
             )
         if isinstance(exc, _TRANSIENT):
-            return StoreError(
+            return base.StoreError(
                 f"cannot reach Google Cloud Storage at {self.client.api_endpoint} for {op} of "
                 f"{where}: {type(exc).__name__}{stats.summary()}"
             )
@@ -127,8 +120,8 @@ class GcsStore(CloudStore):
             )
         return self._bucket_seen
 
-    def _missing_bucket(self) -> StoreError:
-        return missing_bucket(
+    def _missing_bucket(self) -> base.StoreError:
+        return base.missing_bucket(
             "Google Cloud Storage bucket", self.bucket.name, self.client.api_endpoint
         )
 
@@ -145,16 +138,16 @@ class GcsStore(CloudStore):
                     retry=None,
                 )
             except api.PreconditionFailed:
-                raise PreconditionFailed(f"{self.display_uri}/{key} changed or exists") from None
+                raise self._refused(key, "changed or exists") from None
             return str(blob.generation)
 
         return self._conditional_write(op, key, data, upload)
 
     # -- the interface -----------------------------------------------------------
-    def read(self, key: str) -> Blob | None:
+    def read(self, key: str) -> base.Blob | None:
         blob = self._blob(key)
 
-        def download() -> Blob | None:
+        def download() -> base.Blob | None:
             try:
                 data = blob.download_as_bytes(timeout=self.timeouts(), retry=None)
                 generation = blob.generation
@@ -172,7 +165,7 @@ class GcsStore(CloudStore):
                 raise self._missing_bucket() from None
             except api.PreconditionFailed:  # replaced between the two requests: read again
                 raise _ReplacedWhileReading from None
-            return Blob(data, str(generation))
+            return base.Blob(data, str(generation))
 
         return self._call("read", key, download)
 
@@ -183,7 +176,7 @@ class GcsStore(CloudStore):
         try:
             generation = int(if_version)
         except ValueError:
-            raise PreconditionFailed(
+            raise base.PreconditionFailed(
                 f"{if_version!r} is not a generation of {self.display_uri}/{key}"
             ) from None
         return self._upload("replace", key, data, generation)
@@ -196,12 +189,12 @@ class GcsStore(CloudStore):
             try:
                 blob.delete(if_generation_match=generation, timeout=self.timeouts(), retry=None)
             except api.PreconditionFailed:
-                raise PreconditionFailed(f"{self.display_uri}/{key} changed") from None
+                raise self._refused(key, "changed") from None
             except api.NotFound:
                 if not self._bucket_exists():
                     raise self._missing_bucket() from None
                 if generation is not None:
-                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                    raise self._refused(key, "no longer exists") from None
 
         self._call("delete", key, delete)
 
@@ -306,7 +299,7 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> GcsSto
         else:
             client = storage.Client(project=project, credentials=credentials)
     except auth.DefaultCredentialsError:
-        raise StoreAccessDenied(
+        raise base.StoreAccessDenied(
             f"no Google credentials for gs://{location}: set {_SETTING}application_credentials_path "
             f"or {_SETTING}application_credentials_json, or configure Application Default Credentials"
         ) from None
@@ -315,4 +308,4 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> GcsSto
 
 # What the type checker proves: the opener has the registry's signature, so the store it
 # returns serves the whole interface.
-_OPENER: Opener = from_uri
+_OPENER: base.Opener = from_uri

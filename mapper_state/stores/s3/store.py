@@ -40,14 +40,7 @@ from botocore.exceptions import (
 from urllib3.exceptions import HTTPError as _BodyError
 
 from mapper_state.errors import ConfigError
-from mapper_state.stores.base import (
-    Blob,
-    Opener,
-    PreconditionFailed,
-    StoreAccessDenied,
-    StoreError,
-    missing_bucket,
-)
+from mapper_state.stores import base
 from mapper_state.stores.cloud import CloudStore, Page, split_location
 from mapper_state.stores.retry import RetryStats
 
@@ -158,43 +151,43 @@ class S3Store(CloudStore):
 
     def _store_error(
         self, exc: Exception, op: str, where: str, stats: RetryStats
-    ) -> StoreError | None:
+    ) -> base.StoreError | None:
         if isinstance(exc, ClientError):
             return self._client_error(exc, op, where)
         if isinstance(exc, (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)):
-            return StoreAccessDenied(
+            return base.StoreAccessDenied(
                 f"no usable AWS credentials for {self.display_uri} ({type(exc).__name__}): set "
                 f"{_SETTING}aws_access_key_id and {_SETTING}aws_secret_access_key, "
                 "or configure the standard AWS credential chain"
             )
         if isinstance(exc, (ConnectionError, HTTPClientError, _BodyError)):
-            return StoreError(
+            return base.StoreError(
                 f"cannot reach S3 at {self.endpoint} for {op} of {where}: "
                 f"{type(exc).__name__}{stats.summary()}"
             )
         if isinstance(exc, BotoCoreError):
-            return StoreError(f"S3 {op} of {where} failed: {type(exc).__name__}")
+            return base.StoreError(f"S3 {op} of {where} failed: {type(exc).__name__}")
         return None
 
-    def _client_error(self, exc: ClientError, op: str, where: str) -> StoreError:
+    def _client_error(self, exc: ClientError, op: str, where: str) -> base.StoreError:
         code, status = _code_and_status(exc)
         if code == "NoSuchBucket":
-            return missing_bucket("S3 bucket", self.bucket, self.endpoint)
+            return base.missing_bucket("S3 bucket", self.bucket, self.endpoint)
         if code in _CONFLICT_CODES or status in (409, 412):
-            return PreconditionFailed(f"{where} changed or exists ({code})")
+            return base.PreconditionFailed(f"{where} changed or exists ({code})")
         if code in _DENIED_CODES or status == 403:
-            return StoreAccessDenied(
+            return base.StoreAccessDenied(
                 f"S3 refused {op} of {where}: {code} (check the credentials and permissions)"
             )
         if code in _REGION_CODES or status == 301:
-            return StoreError(
+            return base.StoreError(
                 f"S3 bucket {self.bucket!r} is in another region: set {_SETTING}region ({code})"
             )
         if code == "NotImplemented" or status == 501:
-            return StoreError(
+            return base.StoreError(
                 f"this S3 endpoint does not support {op} with conditions ({code}) at {where}"
             )
-        return StoreError(f"S3 {op} of {where} failed: {code} (HTTP {status})")
+        return base.StoreError(f"S3 {op} of {where} failed: {code} (HTTP {status})")
 
     def _put(self, op: str, key: str, data: bytes, condition: dict[str, str]) -> str:
         full = self._key(key)
@@ -206,7 +199,7 @@ class S3Store(CloudStore):
                 )
             except ClientError as exc:
                 if _code_and_status(exc)[0] in _ABSENT_CODES:  # If-Match on a deleted object
-                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                    raise self._refused(key, "no longer exists") from None
                 raise
             return str(response["ETag"])
 
@@ -229,10 +222,10 @@ class S3Store(CloudStore):
         return entries, page.get("NextContinuationToken") if page.get("IsTruncated") else None
 
     # -- the interface -----------------------------------------------------------
-    def read(self, key: str) -> Blob | None:
+    def read(self, key: str) -> base.Blob | None:
         full = self._key(key)
 
-        def get() -> Blob | None:
+        def get() -> base.Blob | None:
             try:
                 response = self.client.get_object(Bucket=self.bucket, Key=full)
             except ClientError as exc:
@@ -241,7 +234,7 @@ class S3Store(CloudStore):
                     return None
                 raise
             with response["Body"] as body:
-                return Blob(body.read(), str(response["ETag"]))
+                return base.Blob(body.read(), str(response["ETag"]))
 
         return self._call("read", key, get)
 
@@ -254,7 +247,7 @@ class S3Store(CloudStore):
     def replace(self, key: str, data: bytes, if_version: str) -> str:
         try:
             return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
-        except PreconditionFailed:
+        except base.PreconditionFailed:
             if self.traits.unquoted_etags or self.endpoint_is_aws or not if_version.startswith('"'):
                 raise
             # Ceph RGW compares If-Match with its stored ETag, which has no quotes, and so
@@ -279,7 +272,7 @@ class S3Store(CloudStore):
                 if absent and if_version is None:
                     return
                 if absent:
-                    raise PreconditionFailed(f"{self.display_uri}/{key} no longer exists") from None
+                    raise self._refused(key, "no longer exists") from None
                 if if_version is not None and (code == "NotImplemented" or status == 501):
                     self.traits.refuses_delete_conditions = True  # not retried: it will not change
                     raise self._client_error(exc, "delete", self._where(key)) from None
@@ -383,4 +376,4 @@ def from_uri(location: str, options: Mapping[str, Any], **kwargs: Any) -> S3Stor
 
 # What the type checker proves: the opener has the registry's signature, so the store it
 # returns serves the whole interface.
-_OPENER: Opener = from_uri
+_OPENER: base.Opener = from_uri
