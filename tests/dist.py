@@ -15,12 +15,13 @@ A missing ``uv`` fails the test with the command that installs it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +182,26 @@ class Installed:
         )
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
+
+
+def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """``build(path)`` once for the whole test run, however many workers ask: the first
+    builds under a lock, the others wait for it and use what it built. ``path`` is in the
+    run's temporary directory (outside the checkout), which pytest removes in a later run."""
+    shared = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above each worker's own
+    path = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = path / ".built"
+        if not done.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            build(path)
+            done.touch()
+    assert ROOT not in path.parents, f"{path} is inside the checkout {ROOT}"
+    return path
 
 
 def outside_checkout() -> Path:

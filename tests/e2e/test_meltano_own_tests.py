@@ -22,13 +22,12 @@ import shutil
 import subprocess
 import tarfile
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dist import Dist, outside_checkout, uv_env
+from tests.dist import Dist, built_once, uv_env
 from tests.e2e import tools
 from tests.e2e.meltano_own import addon_conftest
 
@@ -60,47 +59,44 @@ TEST_DEPENDENCIES = (
 PIP_DOWNLOAD = ("download", "--quiet", "--no-binary", ":all:", "--no-deps")
 
 
-@pytest.fixture(scope="session")
-def meltano_sources() -> Iterator[Path]:
-    """Meltano's sdist, downloaded and unpacked: the root of its tests (``tests/``, ``pyproject.toml``)."""
+def fetch_sources(root: Path) -> None:
+    """Meltano's sdist, downloaded into ``root`` and checked, its tests unpacked there."""
     python = tools.require_tool("meltano", "python")
-    root = outside_checkout()
-    pip = [str(python), "-m", "pip"]
-    try:
-        fetched = subprocess.run(
-            [*pip, *PIP_DOWNLOAD, "--dest", str(root), f"meltano=={MELTANO}"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-            env=uv_env(),
-        )
-        assert fetched.returncode == 0, fetched.stderr[-3000:]
-        (sdist,) = root.glob("meltano-*.tar.gz")
-        assert hashlib.sha256(sdist.read_bytes()).hexdigest() == SDIST_SHA256, sdist
-        with tarfile.open(sdist) as tar:
-            top = f"meltano-{MELTANO}"
-            members = [
-                m
-                for m in tar.getmembers()
-                if m.name.startswith((f"{top}/tests/", f"{top}/pyproject"))
-            ]
-            tar.extractall(root, members=members, filter="data")
-        yield root / top
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    fetched = subprocess.run(
+        [str(python), "-m", "pip", *PIP_DOWNLOAD, "--dest", str(root), f"meltano=={MELTANO}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=uv_env(),
+    )
+    assert fetched.returncode == 0, fetched.stderr[-3000:]
+    (sdist,) = root.glob("meltano-*.tar.gz")
+    assert hashlib.sha256(sdist.read_bytes()).hexdigest() == SDIST_SHA256, sdist
+    with tarfile.open(sdist) as tar:
+        top = f"meltano-{MELTANO}"
+        members = [
+            m for m in tar.getmembers() if m.name.startswith((f"{top}/tests/", f"{top}/pyproject"))
+        ]
+        tar.extractall(root, members=members, filter="data")
 
 
 @pytest.fixture(scope="session")
-def meltano_test_python(built_dist: Dist) -> Iterator[Path]:
-    """A Python seeing Meltano 4.4.1's packages, the project's wheel and Meltano's test tools."""
-    root = outside_checkout()
-    try:
-        venv = root / "venv"
-        tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]", *TEST_DEPENDENCIES)
-        yield venv / "bin" / "python"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def meltano_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Meltano's sdist, downloaded and unpacked once for the run: the root of its tests
+    (``tests/``, ``pyproject.toml``)."""
+    return built_once(tmp_path_factory, "meltano-sources", fetch_sources) / f"meltano-{MELTANO}"
+
+
+@pytest.fixture(scope="session")
+def meltano_test_python(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) -> Path:
+    """A Python seeing Meltano 4.4.1's packages, the project's wheel and Meltano's test
+    tools, made once for the run."""
+
+    def make(root: Path) -> None:
+        tools.venv_seeing_meltano(root / "venv", f"{built_dist.wheel}[all]", *TEST_DEPENDENCIES)
+
+    return built_once(tmp_path_factory, "meltano-tests-venv", make) / "venv" / "bin" / "python"
 
 
 def run_own_tests(
