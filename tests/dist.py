@@ -135,10 +135,10 @@ def install_in_venv(
 
 @dataclass(frozen=True)
 class Installed:
-    """A virtualenv holding the wheel, and a directory outside the checkout to run in."""
+    """The wheel installed outside the checkout, and the way to run it there."""
 
-    venv: Path
-    cwd: Path
+    venv: Path  # the virtualenv holding the wheel
+    cwd: Path  # a directory outside the checkout to run in
 
     @property
     def bin(self) -> Path:

@@ -367,17 +367,17 @@ def running_postgres(dbname: str = "e2e") -> Iterator[PostgresServer]:
         if not started:
             log = log_file.read_text(errors="replace") if log_file.exists() else ""
             raise PostgresSetupError(f"{last_error}\nserver log:\n{log[-4000:]}")
-        server = PostgresServer(
+        server = PostgresServer(  # how to reach it, as whom, and where its files are
             host="127.0.0.1",
             port=port,
+            socket_dir=socket_dir,
+            dbname=dbname,
             user="postgres",
             password=password,
-            dbname=dbname,
-            socket_dir=socket_dir,
-            data_dir=data_dir,
-            bin_dir=bin_dir,
-            log_file=log_file,
             os_user=os_user,
+            bin_dir=bin_dir,
+            data_dir=data_dir,
+            log_file=log_file,
         )
         # pg_ctl detaches the server: a watchdog stops it (immediate shutdown) if we die
         with killed_if_we_die(data_dir / "postmaster.pid", signal.SIGQUIT):

@@ -200,12 +200,15 @@ def passed_first_state(
     return proc, proc.stdin, proc.stdout
 
 
+def wait_for_stored(tmp_path: Path, state_id: str, state: object, what: str) -> None:
+    """Wait until the store in ``tmp_path`` holds ``state`` for ``state_id`` (``what`` names
+    what did not happen otherwise)."""
+    wait_until(lambda: stored_state(store_of(tmp_path), state_id) == state, what)
+
+
 def test_checkpoints_are_written_while_running(tmp_path: Path) -> None:
     proc, stdin, _ = passed_first_state(tmp_path, "live", "0")
-    wait_until(
-        lambda: stored_state(store_of(tmp_path), "live") == {"n": 1},
-        "no checkpoint while the stream was open",
-    )
+    wait_for_stored(tmp_path, "live", {"n": 1}, "no checkpoint while the stream was open")
     stdin.write(state_line({"n": 2}))
     stdin.close()
     assert proc.wait(10) == 0
@@ -216,16 +219,10 @@ def test_a_filter_writes_its_checkpoints_from_the_heartbeat_thread(tmp_path: Pat
     """A run starts one thread, the lease's heartbeat, which also writes the checkpoints: the
     filter works on two threads in all while it commits states and holds the lease."""
     proc, stdin, _ = passed_first_state(tmp_path, "threads", "0")
-    wait_until(
-        lambda: stored_state(store_of(tmp_path), "threads") == {"n": 1},
-        "no checkpoint while the stream was open",
-    )
+    wait_for_stored(tmp_path, "threads", {"n": 1}, "no checkpoint while the stream was open")
     stdin.write(state_line({"n": 2}))
     stdin.flush()
-    wait_until(
-        lambda: stored_state(store_of(tmp_path), "threads") == {"n": 2},
-        "no second checkpoint while the stream was open",
-    )
+    wait_for_stored(tmp_path, "threads", {"n": 2}, "no second checkpoint while the stream was open")
     threads = len(os.listdir(f"/proc/{proc.pid}/task"))
     stdin.close()
     assert proc.wait(10) == 0
@@ -250,7 +247,7 @@ def test_checkpoint_interval_throttles_writes(tmp_path: Path) -> None:
 
 def test_broken_downstream_pipe_stores_nothing_after_the_last_commit(tmp_path: Path) -> None:
     proc, stdin, stdout = passed_first_state(tmp_path, "bp", "3600")
-    wait_until(lambda: stored_state(store_of(tmp_path), "bp") == {"n": 1}, "the first checkpoint")
+    wait_for_stored(tmp_path, "bp", {"n": 1}, "the first checkpoint")
     stdout.close()  # the target dies
     try:
         for n in range(2, 200):
@@ -294,7 +291,7 @@ def test_what_a_signal_commits_with_a_state_pending(
         assert proc.stdout.readline() == line  # type: ignore[union-attr]  # it passed through
 
     send(1)  # the first state is written at once
-    wait_until(lambda: stored_state(store_of(tmp_path), "pending") == {"n": 1}, "the first commit")
+    wait_for_stored(tmp_path, "pending", {"n": 1}, "the first commit")
     send(2)  # the next waits for the checkpoint interval
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 143
@@ -347,7 +344,7 @@ def test_a_state_changed_behind_the_holders_back_stops_the_run_with_exit_4(
     assert proc.stdout is not None
     proc.stdin.write(state_line({"n": 1}))
     proc.stdin.flush()
-    wait_until(lambda: stored_state(store_of(tmp_path), "fenced") == {"n": 1}, "the first commit")
+    wait_for_stored(tmp_path, "fenced", {"n": 1}, "the first commit")
     intruder = {"completed": {"singer_state": {"n": "intruder"}}, "partial": {}}
     (store_of(tmp_path) / "fenced" / "state.json").write_text(json.dumps(intruder))
     proc.stdin.write(state_line({"n": 2}))

@@ -48,14 +48,16 @@ def put(uri: str, value: object, state_id: str = ID, **env: str) -> None:
 
 
 def get(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
-    return invoke("state", "get", ID, *args, cwd=cwd, env=clean_env(**env))
+    """``mapper-state state get`` run in ``cwd``, which must succeed."""
+    result = invoke("state", "get", ID, *args, cwd=cwd, env=clean_env(**env))
+    assert result.returncode == 0, result.stderr
+    return result
 
 
 def test_the_project_store_is_found_from_a_subdirectory(tmp_path: Path) -> None:
     sub = project(tmp_path, {"uri": "file://${MELTANO_PROJECT_ROOT}/.meltano/state"})
     put(f"file://{tmp_path}/.meltano/state", {"n": 1})
     result = get(sub)
-    assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"n": 1}
     # which store, and from where, is said on stderr
     assert f"store file://{tmp_path}/.meltano/state" in result.stderr.decode()
@@ -68,7 +70,6 @@ def test_the_add_on_uri_is_its_store_and_a_relative_path_is_the_projects(tmp_pat
     sub = project(tmp_path, {"uri": "mapper-state+file://states"})
     put(f"file://{tmp_path}/states", {"n": 2})
     result = get(sub)
-    assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"n": 2}
     assert not (sub / "states").exists()
 
@@ -95,7 +96,6 @@ def test_the_add_on_store_settings_are_read_on_s3(
     stored = invoke("state", "set", ID, '{"n": 4}', env=clean_env(**s3_location.env))
     assert stored.returncode == 0, stored.stderr
     result = get(sub, **credentials)
-    assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"n": 4}
 
 
@@ -121,7 +121,6 @@ def test_the_precedence_of_the_stores(
         put(f"file://{tmp_path}/{name}", {"from": name})
     given = [a.format(root=tmp_path) for a in args]
     result = get(sub, *given, **{k: v.format(root=tmp_path) for k, v in env.items()})
-    assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"from": expected}
 
 

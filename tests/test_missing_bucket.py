@@ -43,29 +43,28 @@ def _check(result: subprocess.CompletedProcess[bytes], what: str, where: str) ->
     assert line.count("does not exist") == 1
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
-def test_a_missing_s3_bucket_is_one_line_naming_the_endpoint(
-    s3_location: StoreLocation, command: tuple[str, ...]
-) -> None:
-    result = invoke(*command, env=_missing(s3_location, "no-such-bucket"))
-    _check(result, "S3 bucket 'no-such-bucket'", s3_location.emulator.endpoint)
+#: Each cloud's location fixture, a bucket (container) nobody created there, what the error
+#: calls it, and the scheme the error leaves out of the endpoint.
+CLOUDS = [
+    ("s3_location", "no-such-bucket", "S3 bucket", ""),
+    ("azure_location", "no-such-container", "Azure container", "http://"),
+    ("gcs_location", "no-such-bucket", "Google Cloud Storage bucket", ""),
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
-def test_a_missing_azure_container_is_one_line(
-    azure_location: StoreLocation, command: tuple[str, ...]
+@pytest.mark.parametrize(("fixture", "name", "what", "scheme"), CLOUDS, ids=["s3", "azure", "gcs"])
+def test_a_missing_bucket_is_one_line_naming_the_endpoint(
+    request: pytest.FixtureRequest,
+    fixture: str,
+    name: str,
+    what: str,
+    scheme: str,
+    command: tuple[str, ...],
 ) -> None:
-    result = invoke(*command, env=_missing(azure_location, "no-such-container"))
-    where = azure_location.emulator.endpoint.removeprefix("http://")
-    _check(result, "Azure container 'no-such-container'", where)
-
-
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
-def test_a_missing_gcs_bucket_is_one_line(
-    gcs_location: StoreLocation, command: tuple[str, ...]
-) -> None:
-    result = invoke(*command, env=_missing(gcs_location, "no-such-bucket"))
-    _check(result, "Google Cloud Storage bucket 'no-such-bucket'", gcs_location.emulator.endpoint)
+    location: StoreLocation = request.getfixturevalue(fixture)
+    result = invoke(*command, env=_missing(location, name))
+    _check(result, f"{what} '{name}'", location.emulator.endpoint.removeprefix(scheme))
 
 
 def _endpoint_from_environment(moto: Emulator, variable: str, uri: str) -> dict[str, str]:

@@ -141,7 +141,6 @@ def test_random_kills_lose_no_row_and_never_store_a_state_ahead(
         )
         assert mapper.state_get(state_id) == source.state(total)
         assert store.lease(state_id) is None
-    rows = sum(len(jsonl.delivered(run, stream)) for run in runs)
     record_figures(
         "SIGKILL in tap-postgres -> mapper-state run -> target-jsonl",
         store.name,
@@ -150,7 +149,7 @@ def test_random_kills_lose_no_row_and_never_store_a_state_ahead(
         kill_missed_the_run=missed,
         exits=exits,
         source_rows=total,
-        rows_delivered=rows,
+        rows_delivered=sum(len(jsonl.delivered(run, stream)) for run in runs),
         rows_lost=0,
         states_ahead=0,
     )

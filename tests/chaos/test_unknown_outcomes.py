@@ -39,6 +39,11 @@ def checks(proxy: Any) -> int:
     return count
 
 
+def lost_lease_answers(location: StoreLocation, state_id: str) -> dict[str, Any]:
+    """Proxy faults that drop every answer to a write of ``state_id``'s lease object."""
+    return {**DROP, **lease_writes(location.emulator.section, state_id)}
+
+
 def finish(holder: subprocess.Popen[bytes], line: bytes) -> tuple[int, bytes, str]:
     """``line`` as the holder's last input; its exit code, stdout and stderr (within a minute:
     the caller's ``cli.reaped`` kills it otherwise)."""
@@ -50,9 +55,8 @@ def finish(holder: subprocess.Popen[bytes], line: bytes) -> tuple[int, bytes, st
 def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
     cloud_location: StoreLocation, start_proxy: Any
 ) -> None:
-    kind = cloud_location.emulator.section
     state_id = f"chaos-unknown-{uuid.uuid4().hex[:8]}"
-    proxy, faulty = start_proxy(cloud_location, faults={**DROP, **lease_writes(kind, state_id)})
+    proxy, faulty = start_proxy(cloud_location, faults=lost_lease_answers(cloud_location, state_id))
     direct = cloud_location.open()
     with cli.reaped(cli.spawn_filter(faulty, state_id, "12")) as holder:
         # every answer to the create is dropped until the client gives up (4 s), then it checks
@@ -65,7 +69,7 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
         record = cli.lease_record(direct, state_id)
         assert record is not None
         seen = checks(proxy)
-        proxy.set_faults(**DROP, **lease_writes(kind, state_id))  # now the renewals
+        proxy.set_faults(**lost_lease_answers(cloud_location, state_id))  # now the renewals
         wait_until(lambda: checks(proxy) > seen, "a renewal's outcome checked", timeout=30)
         proxy.set_faults()
         renewed = cli.lease_record(direct, state_id)
@@ -96,12 +100,11 @@ def plant_expired_lease(store: BlobStore, state_id: str) -> None:
 def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_after(
     cloud_location: StoreLocation, start_proxy: Any
 ) -> None:
-    kind = cloud_location.emulator.section
     state_id = f"chaos-unknown-{uuid.uuid4().hex[:8]}"
     direct = cloud_location.open()
     plant_expired_lease(direct, state_id)
     # the create (refused: the lease exists) passes; the takeover's answers are dropped
-    faults = {**DROP, **lease_writes(kind, state_id), "skip": 1}
+    faults = {**lost_lease_answers(cloud_location, state_id), "skip": 1}
     proxy, faulty = start_proxy(cloud_location, faults=faults)
     with cli.reaped(cli.spawn_filter(faulty, state_id, "6")) as holder:
         wait_until(lambda: checks(proxy) >= 2, "the takeover's outcome checked", timeout=30)

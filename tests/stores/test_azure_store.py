@@ -11,7 +11,7 @@ from azure.storage.blob import BlobServiceClient
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
 from mapper_state.stores.azure.store import from_uri
-from mapper_state.stores.base import BlobStore, StoreAccessDenied
+from mapper_state.stores.base import StoreAccessDenied
 from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import AZURITE_KEY, StoreLocation, free_port
 from tests.stores import wire_checks
@@ -109,32 +109,6 @@ def test_unreachable_endpoint_fails_in_bounded_time(azure_location: StoreLocatio
     assert AZURITE_KEY not in message
 
 
-def azurite_port(location: StoreLocation) -> int:
-    return int(re.search(r"127\.0\.0\.1:(\d+)", location.emulator.endpoint).group(1))  # type: ignore[union-attr]
-
-
-def through(location: StoreLocation) -> wire_checks.OpenThrough:
-    def open_through(port: int) -> BlobStore:
-        options = {"connection_string": connection_string(location, port=port)}
-        return open_store(location.uri, {"azure": options})
-
-    return open_through
-
-
-def test_connection_resets_are_retried(azure_location: StoreLocation) -> None:
-    wire_checks.check_resets_are_retried(
-        azure_location.open(), azurite_port(azure_location), through(azure_location), resets=3
-    )
-
-
-def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
-    azure_location: StoreLocation,
-) -> None:  # Azure answers the retry 409
-    wire_checks.check_a_lost_answer_is_not_a_conflict(
-        azurite_port(azure_location), through(azure_location)
-    )
-
-
 def test_opening_other_stores_imports_no_azure_sdk() -> None:
     wire_checks.check_other_stores_import_no_sdk("azure")
 
@@ -165,7 +139,7 @@ def test_account_url_without_an_azure_identity_is_access_denied(
 # -- the contracts -----------------------------------------------------------------------
 
 
-class TestAzureStore(OnEmulator, PrefixContract):
+class TestAzureStore(OnEmulator, PrefixContract, wire_checks.BadWireContract):
     list_bucket = staticmethod(container_blobs)
 
     @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 from mapper_state.errors import ConfigError
 from mapper_state.stores import open_store
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied
+from mapper_state.stores.base import PreconditionFailed, StoreAccessDenied
 from mapper_state.stores.gcs.store import from_uri
 from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import StoreLocation, free_port
@@ -111,34 +111,6 @@ def test_unreachable_endpoint_fails_in_bounded_time(
     )
 
 
-def port_of(location: StoreLocation) -> int:
-    return int(location.emulator.endpoint.rsplit(":", 1)[1])
-
-
-def through(location: StoreLocation, monkeypatch: pytest.MonkeyPatch) -> wire_checks.OpenThrough:
-    def open_through(port: int) -> BlobStore:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-        return from_uri(f"{location.bucket}/{location.prefix}", {})
-
-    return open_through
-
-
-def test_connection_resets_are_retried(
-    gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    wire_checks.check_resets_are_retried(
-        gcs_location.open(), port_of(gcs_location), through(gcs_location, monkeypatch), resets=3
-    )
-
-
-def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
-    gcs_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
-) -> None:  # GCS answers the retry 412
-    wire_checks.check_a_lost_answer_is_not_a_conflict(
-        port_of(gcs_location), through(gcs_location, monkeypatch)
-    )
-
-
 def test_fake_gcs_server_ignores_delete_preconditions_only(gcs_location: StoreLocation) -> None:
     """Measures what the fixture claims; if this fails, fake-gcs-server changed: update it."""
     store = gcs_location.open()
@@ -173,7 +145,7 @@ def test_opening_other_stores_imports_no_google_sdk() -> None:
 # -- the contracts -----------------------------------------------------------------------
 
 
-class TestGcsStore(OnEmulator, PrefixContract):
+class TestGcsStore(OnEmulator, PrefixContract, wire_checks.BadWireContract):
     list_bucket = staticmethod(bucket_objects)
 
     @pytest.fixture

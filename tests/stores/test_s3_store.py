@@ -147,26 +147,6 @@ def test_unreachable_endpoint_fails_in_bounded_time(s3_location: StoreLocation) 
     assert f"cannot reach S3 at {endpoint}" in wire_checks.unreachable_error(store)
 
 
-def moto_port(location: StoreLocation) -> int:
-    return int(location.options["endpoint_url"].rsplit(":", 1)[1])
-
-
-def through(location: StoreLocation) -> wire_checks.OpenThrough:
-    return lambda port: location.open(endpoint_url=f"http://127.0.0.1:{port}")
-
-
-def test_connection_resets_are_retried(s3_location: StoreLocation) -> None:
-    wire_checks.check_resets_are_retried(
-        s3_location.open(), moto_port(s3_location), through(s3_location), resets=4
-    )
-
-
-def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
-    s3_location: StoreLocation,
-) -> None:  # S3 answers the retry 412
-    wire_checks.check_a_lost_answer_is_not_a_conflict(moto_port(s3_location), through(s3_location))
-
-
 def test_opening_other_stores_imports_no_aws_sdk() -> None:
     wire_checks.check_other_stores_import_no_sdk("boto3", "botocore")
 
@@ -174,8 +154,9 @@ def test_opening_other_stores_imports_no_aws_sdk() -> None:
 # -- the contracts -----------------------------------------------------------------------
 
 
-class TestS3Store(OnEmulator, PrefixContract):
+class TestS3Store(OnEmulator, PrefixContract, wire_checks.BadWireContract):
     list_bucket = staticmethod(bucket_keys)
+    resets = 4
 
     @pytest.fixture
     def location(self, s3_location: StoreLocation) -> StoreLocation:

@@ -1,21 +1,24 @@
 """What every cloud store must do, checked the same way for S3, Azure and GCS: on a bad
 wire, in a bucket that does not exist, listing page by page.
 
-Each test module says how to open its store (through a :class:`FlakyProxy`'s port, or one
-where nothing listens); the checks here are what the user relies on whatever the cloud.
+Each test module says how to open its store where nothing listens, and its contract class
+runs the bad-wire tests of :class:`BadWireContract` (through a :class:`FlakyProxy`'s port);
+the checks here are what the user relies on whatever the cloud.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import pytest
 
 from mapper_state.stores.base import BlobStore, StoreError
-from tests.servers import FlakyProxy
+from tests.servers import FlakyProxy, StoreLocation
 
 #: Opens the store under test through ``127.0.0.1:port``.
 OpenThrough = Callable[[int], BlobStore]
@@ -74,6 +77,52 @@ def check_a_lost_answer_is_not_a_conflict(upstream_port: int, open_through: Open
     assert blob.data == b"mine"
     assert blob.version == version
     assert proxy.accepted >= 2
+
+
+def emulator_port(location: StoreLocation) -> int:
+    """The port the location's emulator listens on, which a proxy stands in front of."""
+    port = urlsplit(location.emulator.endpoint).port
+    assert port is not None, location.emulator.endpoint
+    return port
+
+
+def through(location: StoreLocation) -> OpenThrough:
+    """Opens the location's store through ``127.0.0.1:port`` rather than its emulator's own
+    port, swapped in every setting and variable that names the emulator."""
+    upstream = f"127.0.0.1:{emulator_port(location)}"
+
+    def open_through(port: int) -> BlobStore:
+        def swap(value: str) -> str:
+            return value.replace(upstream, f"127.0.0.1:{port}")
+
+        emulator = location.emulator
+        proxied = dataclasses.replace(
+            emulator,
+            endpoint=swap(emulator.endpoint),
+            options={name: swap(value) for name, value in emulator.options.items()},
+            env={name: swap(value) for name, value in emulator.env.items()},
+        )
+        return StoreLocation(proxied, location.bucket, location.prefix).open()
+
+    return open_through
+
+
+class BadWireContract:
+    """The two checks above as tests of a cloud store's contract class (which has the
+    ``location`` fixture): the same on every cloud."""
+
+    #: How many connections in a row the proxy resets.
+    resets = 3
+
+    def test_connection_resets_are_retried(self, location: StoreLocation) -> None:
+        store = location.open()
+        check_resets_are_retried(store, emulator_port(location), through(location), self.resets)
+
+    def test_a_write_whose_response_was_lost_is_not_reported_as_a_conflict(
+        self, location: StoreLocation
+    ) -> None:
+        """The retry of the create is refused (S3 and GCS answer 412, Azure 409)."""
+        check_a_lost_answer_is_not_a_conflict(emulator_port(location), through(location))
 
 
 def unreachable_error(store: BlobStore) -> str:
