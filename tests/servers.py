@@ -17,6 +17,7 @@ A missing server binary fails the test with the command that installs it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -104,6 +105,18 @@ class StoreLocation:
     def config(self) -> dict[str, Any]:
         """A ``--config`` file's content for this location."""
         return {"state_backend": {"uri": self.uri, self.emulator.section: self.options}}
+
+    def reached_at(self, old: str, new: str) -> StoreLocation:
+        """The same bucket and prefix, its emulator reached at ``new`` (a proxy's address)
+        where its endpoint, settings and variables say ``old``."""
+        emulator = self.emulator
+        proxied = dataclasses.replace(
+            emulator,
+            endpoint=emulator.endpoint.replace(old, new),
+            options={name: value.replace(old, new) for name, value in emulator.options.items()},
+            env={name: value.replace(old, new) for name, value in emulator.env.items()},
+        )
+        return StoreLocation(proxied, self.bucket, self.prefix)
 
     def open(self, uri: str | None = None, **overrides: str) -> BlobStore:
         """A new client on this location (or on ``uri``), as another process would open it."""

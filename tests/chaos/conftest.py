@@ -134,16 +134,6 @@ def record_figures(test: str, store: str, **figures: Any) -> None:
 # -- stores behind the fault proxy ---------------------------------------------------------
 
 
-def through(location: StoreLocation, proxy_url: str) -> StoreLocation:
-    """The same bucket and prefix, reached through the proxy at ``proxy_url``."""
-    emulator = location.emulator
-    endpoint = emulator.endpoint
-    options = {k: v.replace(endpoint, proxy_url) for k, v in emulator.options.items()}
-    env = {k: v.replace(endpoint, proxy_url) for k, v in emulator.env.items()}
-    proxied = dataclasses.replace(emulator, endpoint=proxy_url, options=options, env=env)
-    return StoreLocation(proxied, location.bucket, location.prefix)
-
-
 @pytest.fixture
 def start_proxy() -> Iterator[Any]:
     """``start_proxy(location, seed=..., faults=...)``: a proxy in front of the location's
@@ -159,7 +149,7 @@ def start_proxy() -> Iterator[Any]:
         except ProxyUnavailable as exc:
             pytest.fail(str(exc), pytrace=False)
         running.append(proxy)
-        return proxy, through(location, proxy.url)
+        return proxy, location.reached_at(location.emulator.endpoint, proxy.url)
 
     yield start
     for proxy in running:

@@ -8,7 +8,6 @@ the checks here are what the user relies on whatever the cloud.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import time
@@ -92,17 +91,7 @@ def through(location: StoreLocation) -> OpenThrough:
     upstream = f"127.0.0.1:{emulator_port(location)}"
 
     def open_through(port: int) -> BlobStore:
-        def swap(value: str) -> str:
-            return value.replace(upstream, f"127.0.0.1:{port}")
-
-        emulator = location.emulator
-        proxied = dataclasses.replace(
-            emulator,
-            endpoint=swap(emulator.endpoint),
-            options={name: swap(value) for name, value in emulator.options.items()},
-            env={name: swap(value) for name, value in emulator.env.items()},
-        )
-        return StoreLocation(proxied, location.bucket, location.prefix).open()
+        return location.reached_at(upstream, f"127.0.0.1:{port}").open()
 
     return open_through
 
