@@ -37,7 +37,6 @@ from mapper_state.settings import Settings
 BOOKMARKS = "bookmarks"
 CURRENTLY_SYNCING = "currently_syncing"
 REFRESH_SETTING = "full_refresh_streams"
-RESET_SETTING = "allow_state_reset"
 
 
 def bookmarks_of(value: Any) -> dict[str, Any]:
