@@ -99,8 +99,11 @@ def one_handover(work: Path, retry: float, serial: int, env: dict[str, str]) -> 
         waiter.wait(timeout=60)
         holder.wait(timeout=60)
         if not first or waiter.returncode != 0 or holder.returncode != 0:
+            said = b" | ".join(
+                p.stderr.read().strip()[-600:] for p in (holder, waiter) if p.stderr is not None
+            ).decode(errors="replace")
             raise BenchError(
-                f"hand-over failed (holder {holder.returncode}, waiter {waiter.returncode})"
+                f"hand-over failed (holder {holder.returncode}, waiter {waiter.returncode}): {said}"
             )
         return first[0] - released
     finally:

@@ -46,9 +46,10 @@ class Checkpointer:
 
     def offer(self, value: Any) -> None:
         """Called by the pump for each state; cheap, never blocks on the store."""
-        with signals.HELD, self._lock:  # a signal must not leave the lock taken
-            self._pending = value
-        self._wake()
+        with signals.HELD:  # a signal must not leave a lock taken (ours, or the wake-up's)
+            with self._lock:
+                self._pending = value
+            self._wake()
 
     def fail(self, error: MapperStateError) -> None:
         """Stop committing: e.g. the heartbeat found the lease lost."""

@@ -13,7 +13,13 @@ import time
 import pytest
 
 from mapper_state.core import state
-from mapper_state.core.lease import Lease, break_lease, read_lease, releases_by_delete
+from mapper_state.core.lease import (
+    Lease,
+    break_lease,
+    read_lease,
+    releases_by_delete,
+    skew_allowance,
+)
 from mapper_state.errors import LeaseBusy, LeaseLost
 from mapper_state.stores.base import BlobStore
 from mapper_state.testing.racing import race
@@ -67,7 +73,7 @@ class LeaseContract:
         crashed.acquire()  # never renewed, never released: a SIGKILLed holder
         with pytest.raises(LeaseBusy):
             Lease(second_client, "crash", ttl=3).acquire()
-        time.sleep(3.5)
+        time.sleep(3 + skew_allowance(3) + 0.5)  # expired, even to a clock that lags
         taker = Lease(second_client, "crash", ttl=30, run_id="taker")
         taker.acquire()
         record, _ = read_lease(store, "crash")
