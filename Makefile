@@ -34,8 +34,8 @@ demo: setup
 
 # Three workers on two cores: much of the suite waits on leases expiring and servers
 # answering, so a third worker fills the cores (measured: 857 tests in 10 min 46 s to 11 min 6 s, 174-179% CPU;
-# four workers took longer, 12 min 35 s, and starved the deadline tests; 974 tests took
-# 22 min 26 s on 2026-12-03 from a clean clone, with other work on the machine). The longest
+# four workers took longer, 12 min 35 s, and starved the deadline tests; 984 tests took
+# 17 min 30 s on 2026-12-03 from a clean clone, 32 CPU-minutes in all). The longest
 # tests start first, dealt among the workers (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds
 # pytest options (e.g. PYTEST_ARGS=--durations=30).
 PYTEST_WORKERS ?= 3
