@@ -2,9 +2,10 @@
 
 The filter and ``run`` share this: both take the lease, read the prior state,
 commit states through a :class:`Checkpointer` (written by the lease's heartbeat, its one
-thread) and, on every exit path, release the lease. Each state goes through :func:`mapper_state.core.commit.commit` (the guard,
-the lease confirmed by a compare-and-swap renewal, the state written conditionally on
-the version last seen: fencing); the run's last state is kept in the history when it ends.
+thread) and, on every exit path, release the lease. Each state goes through
+:func:`mapper_state.core.commit.commit` (the guard, the lease confirmed by a
+compare-and-swap renewal, the state written conditionally on the version last seen:
+fencing); the run's last state is kept in the history when it ends.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ class Holding(Settling):
         while self._sleep(self._pause(chore)):
             if renewing and self.record is None:
                 return  # released meanwhile
-            if renewing and self.clock() >= self._renew_at:
+            if self.clock() >= self._renew_at:  # never, when not renewing (infinity)
                 going_on = self._beat_once(on_lost)
             elif chore is not None and (due := chore.due_in()) is not None and due <= 0.0:
                 going_on = self._do_chore(chore, on_lost)
