@@ -76,6 +76,7 @@ class Scale:
     requests_records: int  # the requests-per-run scenarios' stream
     requests_state_every: int
     backend_list_ids: int  # state IDs listed by `meltano state list`, each backend
+    race_writers: int  # concurrent `meltano state merge` per round of the backends' race
 
 
 DEFAULT = Scale(
@@ -98,6 +99,7 @@ DEFAULT = Scale(
     requests_records=1_000,
     requests_state_every=100,
     backend_list_ids=5_000,
+    race_writers=8,
 )
 
 TINY = Scale(
@@ -120,6 +122,7 @@ TINY = Scale(
     requests_records=100,
     requests_state_every=20,
     backend_list_ids=50,
+    race_writers=2,
 )
 
 SCALES = {s.name: s for s in (DEFAULT, TINY)}

@@ -6,8 +6,8 @@ Counted on the wire, at mitmproxy in front of moto (``benchmarks/wire.py``), wit
 
 * requests per ``meltano state set`` and per ``meltano run tap-sample target-jsonl``;
 * ``meltano state list`` over 5,000 state IDs (requests and seconds);
-* the merge race: rounds of 8 concurrent ``meltano state merge``, each adding its own
-  stream; streams lost per backend.
+* the merge race: rounds of concurrent ``meltano state merge`` (8 at the default scale, 2
+  at the smoke test's), each adding its own stream; streams lost per backend.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from benchmarks.common import (
 from benchmarks.wire import Wire, breakdown, s3_behind_proxy, seed, shown
 
 BUCKET = "bench-backend"
-WRITERS = 8
 TIMEOUT = 600.0
 BACKENDS = (("Meltano's S3 backend", "s3"), ("mapper-state's add-on", "mapper-state+s3"))
 
@@ -97,14 +96,14 @@ def _count(wire: Wire, run: Callable[[], None]) -> tuple[list[str], float]:
     return wire.take_kinds(), time.perf_counter() - started
 
 
-def _lost(wire: Wire, prefix: str, state_id: str) -> int:
+def _lost(wire: Wire, prefix: str, state_id: str, writers: int) -> int:
     """Streams missing from the state after the race (``partial`` merged over ``completed``,
     as Meltano reads it: its merges write the partial state)."""
     from mapper_state.core.state import singer_state
 
     body = wire.client().get_object(Bucket=BUCKET, Key=f"{prefix}/{state_id}/state.json")["Body"]
     value = singer_state(json.loads(body.read())) or {}
-    return WRITERS - len(value.get("bookmarks", {}))
+    return writers - len(value.get("bookmarks", {}))
 
 
 def _figures(
@@ -139,10 +138,10 @@ def _figures(
                 f"dev:race-{r}",
                 json.dumps({"singer_state": {"bookmarks": {f"s{n}": {"id": n}}}}),
             )
-            for n in range(WRITERS)
+            for n in range(scale.race_writers)
         ]
         failed = [p for p in procs if p.communicate(timeout=TIMEOUT) and p.returncode != 0]
-        lost += _lost(wire, prefix, f"dev:race-{r}")
+        lost += _lost(wire, prefix, f"dev:race-{r}", scale.race_writers)
         if failed:
             raise BenchError(f"{len(failed)} of the concurrent merges on {scheme} failed")
     found["lost"] = ([], float(lost))
@@ -185,13 +184,18 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
     lost_ours, lost_theirs = int(ours["lost"][1]), int(theirs["lost"][1])
     section.rows.append(
         Row(
-            f"{rounds} round(s) of {WRITERS} concurrent `meltano state merge`: streams lost",
+            f"{rounds} round(s) of {scale.race_writers} concurrent `meltano state merge`: streams lost",
             str(lost_ours),
             str(lost_theirs),
-            f"of {rounds * WRITERS}",
+            f"of {rounds * scale.race_writers}",
         )
     )
-    section.data["race"] = {"rounds": rounds, "addon": lost_ours, "meltano": lost_theirs}
+    section.data["race"] = {
+        "rounds": rounds,
+        "writers": scale.race_writers,
+        "addon": lost_ours,
+        "meltano": lost_theirs,
+    }
     section.notes.append(
         "Requests counted at mitmproxy in front of moto; both backends configured only by "
         "MELTANO_STATE_BACKEND_URI and Meltano's MELTANO_STATE_BACKEND_S3_* variables. "
