@@ -2,7 +2,18 @@
 #   make demo   set everything up, run the sample incremental pipeline twice on the local store
 #   make test   set everything up, run the whole test suite (what .ci/run calls)
 SHELL := /bin/bash
-PYTHON ?= python3
+# The interpreter of the virtualenvs (.venv, .tools/): the distribution's own Python 3.11 or
+# newer where there is one, else python3 on PATH; PYTHON=... chooses another. A distribution
+# builds its Python with profile-guided and link-time optimisation, a source build (pyenv's,
+# say) does not by default: measured on 2026-12-03, Debian's 3.11 took 6% less CPU for a
+# quarter of the suite and a quarter less to import Meltano than pyenv's 3.11. uv itself is
+# installed with python3 on PATH (a distribution's Python refuses pip installs, PEP 668).
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(or $(shell for p in /usr/bin/python3 python3; do \
+	  "$$p" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	  && { command -v "$$p"; break; }; done),python3)
+endif
+export PYTHON
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -16,7 +27,7 @@ unexport PYTHONDONTWRITEBYTECODE
 .PHONY: demo test test-fast test-e2e test-wheel chaos bench lint format reference dist image setup tools clean mutants
 
 $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
-	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
 	@test -x $(BIN)/python || uv venv --quiet --python $(PYTHON) $(VENV)
 	uv pip install --quiet --python $(BIN)/python -e '.[all,dev]' -e examples/tap-sample
 	@touch $(STAMP)
