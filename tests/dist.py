@@ -103,11 +103,14 @@ class Dist:
 
 @pytest.fixture(scope="session")
 def built_dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
-    """The sdist and the wheel that ``uv build`` makes from the checkout's files."""
-    work = tmp_path_factory.mktemp("build")
-    source = copy_checkout(work / "source")
-    out = work / "dist"
-    _uv([uv(), "build", "--out-dir", str(out), str(source)], work, BUILD_TIMEOUT)
+    """The sdist and the wheel that ``uv build`` makes from the checkout's files (once for
+    the run, whichever worker asks first)."""
+
+    def build(work: Path) -> None:
+        source = copy_checkout(work / "source")
+        _uv([uv(), "build", "--out-dir", str(work / "dist"), str(source)], work, BUILD_TIMEOUT)
+
+    out = built_once(tmp_path_factory, "build", build) / "dist"
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
     return Dist(sdist, wheel)

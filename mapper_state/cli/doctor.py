@@ -35,6 +35,3 @@ def doctor_command(cx: StoreAccess, output_format: str) -> None:
         out(cx.settings.redact(render_text(report)) + "\n")
     if report.exit_code:
         sys.exit(report.exit_code)
-
-
-COMMANDS: tuple[click.Command, ...] = (doctor_command,)

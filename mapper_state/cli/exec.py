@@ -50,6 +50,3 @@ def exec_command(ctx: click.Context, given: SettingsArgs, /, command: tuple[str,
     from mapper_state.modes.exec import run_exec
 
     sys.exit(run_exec(settings, list(command)))
-
-
-COMMANDS: tuple[click.Command, ...] = (exec_command,)

@@ -80,6 +80,3 @@ def lock_break(cx: StoreAccess, state_id: str, yes: bool) -> None:
         )
     else:
         log.info(f"broke the lease on {state_id}")
-
-
-COMMANDS: tuple[click.Command, ...] = (lock_group,)

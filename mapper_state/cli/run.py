@@ -44,6 +44,3 @@ def run_command(ctx: click.Context, given: SettingsArgs, /) -> None:
     from mapper_state.modes.pipeline import run_pipeline
 
     sys.exit(run_pipeline(settings, hooks=HOOKS))
-
-
-COMMANDS: tuple[click.Command, ...] = (run_command,)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ import yaml
 from mapper_state.core import history, state
 from mapper_state.stores import open_store
 from mapper_state.stores.base import BlobStore
-from tests.dist import Dist, outside_checkout
+from tests.dist import Dist, built_once
 from tests.e2e import tools
 from tests.e2e.test_meltano import (
     PIPELINE,
@@ -58,11 +57,12 @@ WRITERS = 8
 
 
 @pytest.fixture(scope="session")
-def meltano_addon(built_dist: Dist) -> Iterator[Path]:
-    """``meltano`` of a venv holding Meltano 4.4.1 and the project's wheel (built once)."""
-    root = outside_checkout()
-    venv = root / "venv"
-    try:
+def meltano_addon(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) -> Path:
+    """``meltano`` of a venv holding Meltano 4.4.1 and the project's wheel (made once for
+    the run, whichever worker asks first)."""
+
+    def make(root: Path) -> None:
+        venv = root / "venv"
         tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]")
         launcher = venv / "bin" / "meltano"
         launcher.write_text(
@@ -70,9 +70,8 @@ def meltano_addon(built_dist: Dist) -> Iterator[Path]:
             "sys.exit(main())\n"
         )
         launcher.chmod(0o755)
-        yield launcher
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+
+    return built_once(tmp_path_factory, "meltano-addon-venv", make) / "venv" / "bin" / "meltano"
 
 
 @dataclass
