@@ -44,10 +44,10 @@ demo: setup
 	@examples/demo.sh
 
 # Three workers on two cores: much of the suite waits on leases expiring and servers
-# answering, so a third worker fills the cores (measured: 857 tests in 10 min 46 s to 11 min 6 s, 174-179% CPU;
-# four workers took longer, 12 min 35 s, and starved the deadline tests; 984 tests took
-# 17 min 30 s on 2026-12-03 from a clean clone, 32 CPU-minutes in all). The longest
-# tests start first, dealt among the workers (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds
+# answering, so a third worker fills the cores (measured from clean clones on 2026-12-03,
+# 984 tests: three workers 14 min 46 s of pytest, 26.5 CPU-minutes, 168% CPU; four took
+# longer, 15 min 14 s, 28.5 CPU-minutes). The longest tests start first, dealt among the
+# workers (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds
 # pytest options (e.g. PYTEST_ARGS=--durations=30).
 PYTEST_WORKERS ?= 3
 test: setup tools

@@ -46,18 +46,24 @@ def engine(*args: str, timeout: float = SLOW) -> subprocess.CompletedProcess[byt
 
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``make image`` once (the first worker builds it, the others find it up to date)."""
+    """``make image`` once for the run: the first worker builds it, the others wait for it
+    (and do not rebuild the wheel only to find the image up to date)."""
     found = engine("engine", timeout=60)
     if found.returncode != 0:
         pytest.skip(found.stderr.decode().strip().splitlines()[-1])
     os.environ["CONTAINER_ENGINE"] = found.stdout.decode().strip()
-    lock = tmp_path_factory.getbasetemp().parent / "mapper-state-image.lock"
-    with open(lock, "w") as held:
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above each worker's own
+    with open(shared / "mapper-state-image.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        built = subprocess.run(
-            ["make", "-s", "image"], cwd=ROOT, capture_output=True, timeout=1200, check=False
-        )
-    assert built.returncode == 0, built.stderr.decode(errors="replace")[-3000:]
+        done = shared / "mapper-state-image.built"
+        if not done.exists():
+            built = subprocess.run(
+                ["make", "-s", "image"], cwd=ROOT, capture_output=True, timeout=1200, check=False
+            )
+            assert built.returncode == 0, built.stderr.decode(errors="replace")[-3000:]
+            done.touch()
     return IMAGE
 
 
