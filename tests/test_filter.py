@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO
@@ -410,3 +411,31 @@ def test_sdk_debug_logging_hides_the_credentials(tmp_path: Path) -> None:
         assert "Credential=***/" in err  # the debug log is there
         assert key_id not in err
         assert secret not in err
+
+
+def test_the_filter_starts_without_the_subcommands_modules(tmp_path: Path) -> None:
+    """The filter, the command run most, imports none of the subcommands' modules (each
+    is imported when its command is looked up): it passes its input through, commits
+    the state, and leaves them out of ``sys.modules``."""
+    code = (
+        "import json, sys\n"
+        "from mapper_state.cli import SUBCOMMANDS, main\n"
+        "try:\n"
+        "    main(['--state-id', 'dev:x-to-y', '--state-backend-uri', sys.argv[1]])\n"
+        "except SystemExit as exit:\n"
+        "    code = exit.code\n"
+        "loaded = sorted(m for m, _ in SUBCOMMANDS.values() if m in sys.modules)\n"
+        "print(json.dumps([code, loaded]), file=sys.stderr)\n"
+    )
+    line = b'{"type": "STATE", "value": {"bookmarks": {"s": {"id": 1}}}}\n'
+    result = subprocess.run(
+        [sys.executable, "-c", code, f"file://{tmp_path / 'store'}"],
+        input=line,
+        capture_output=True,
+        env=clean_env(),
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout == line, result.stderr
+    assert json.loads(result.stderr.decode().splitlines()[-1]) == [0, []], result.stderr
+    assert (tmp_path / "store" / "dev:x-to-y" / "state.json").is_file()
