@@ -12,7 +12,6 @@ Where no container engine works the module is skipped with one line saying why.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.dist import built_once
 from tests.helpers import MAPPER, clean_env, stored_state, wait_until
 from tests.servers import StoreLocation
 from tests.support.sdk import s3_client
@@ -52,18 +52,14 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     if found.returncode != 0:
         pytest.skip(found.stderr.decode().strip().splitlines()[-1])
     os.environ["CONTAINER_ENGINE"] = found.stdout.decode().strip()
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the run's directory, above each worker's own
-    with open(shared / "mapper-state-image.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        done = shared / "mapper-state-image.built"
-        if not done.exists():
-            built = subprocess.run(
-                ["make", "-s", "image"], cwd=ROOT, capture_output=True, timeout=1200, check=False
-            )
-            assert built.returncode == 0, built.stderr.decode(errors="replace")[-3000:]
-            done.touch()
+
+    def make_image(_: Path) -> None:
+        built = subprocess.run(
+            ["make", "-s", "image"], cwd=ROOT, capture_output=True, timeout=1200, check=False
+        )
+        assert built.returncode == 0, built.stderr.decode(errors="replace")[-3000:]
+
+    built_once(tmp_path_factory, "mapper-state-image", make_image)
     return IMAGE
 
 
