@@ -24,7 +24,7 @@ import yaml
 
 from tests.e2e import tools
 from tests.helpers import clean_env
-from tests.support import lease
+from tests.support import lease, meltano_fork
 
 pytestmark = pytest.mark.e2e
 
@@ -97,16 +97,10 @@ class Project:
     def meltano(
         self, *args: str, input: bytes | None = None, timeout: float = 120, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.executable()), *args],
-            cwd=self.cwd,
-            env={**self.env, **env},
-            input=input.decode() if input is not None else None,
-            capture_output=True,
-            text=True,
+        return meltano_fork.run(
+            self.executable(), args, cwd=self.cwd, env={**self.env, **env}, input=input,
             timeout=timeout,
-            check=False,
-        )
+        )  # fmt: skip
 
     def spawn(self, *args: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
         with open(log, "wb") as out:

@@ -25,7 +25,7 @@ import yaml
 from tests.dist import Dist
 from tests.e2e import tools
 from tests.e2e.test_meltano import add_rows, bookmark, delivered
-from tests.support import lease
+from tests.support import lease, meltano_fork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.wheel]
 
@@ -82,14 +82,8 @@ class Project:
     def meltano(
         self, *args: str, timeout: float = 300, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(tools.meltano()), *args],
-            cwd=self.root,
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        return meltano_fork.run(
+            tools.meltano(), args, cwd=self.root, env={**self.env, **env}, timeout=timeout
         )
 
 

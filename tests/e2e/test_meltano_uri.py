@@ -14,18 +14,14 @@ from pathlib import Path
 import yaml
 
 from tests.e2e import tools
+from tests.support import meltano_fork
 
 
 def meltano(project: Path, *args: str, cwd: Path | None = None, **env: str) -> None:
-    result = subprocess.run(
-        [str(tools.meltano()), *args],
-        cwd=cwd or project,
-        env=tools.tool_env(**env),
-        capture_output=True,
-        timeout=300,
-        check=False,
+    result = meltano_fork.run(
+        tools.meltano(), args, cwd=cwd or project, env=tools.tool_env(**env), timeout=300
     )
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def mapper(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:

@@ -22,6 +22,7 @@ from tests.e2e import tools
 from tests.e2e.conftest import Mapper, Source, Store, Target, kill_if_running
 from tests.helpers import state_line, wait_until
 from tests.pg import PostgresLocation
+from tests.support import meltano_fork
 
 
 def _keys(location: PostgresLocation) -> list[str]:
@@ -177,15 +178,7 @@ def _meltano_project(root: Path, source: Source, location: PostgresLocation) -> 
 
 
 def _meltano(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(tools.meltano()), *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return meltano_fork.run(tools.meltano(), args, cwd=root, env=env, timeout=180)
 
 
 def _delivered(root: Path, stream: str) -> list[int]:
