@@ -29,9 +29,9 @@ import sys
 from typing import Any
 
 #: Imported before the first fork: ``meltano.cli`` and what each command imports on its way
-#: (the system database's migrations, the file state backend). Meltano's own modules only;
-#: the add-on's code and the SDKs of the stores are left to import in the command, as they
-#: would in a command started from its executable.
+#: (the system database's migrations, the file state backend), and boto3 where it is
+#: installed (Meltano's S3 backend and the add-on's S3 store import it). The add-on's own
+#: code is left to import in the command, as in a command started from its executable.
 PRELOAD = (
     "meltano.cli",
     "meltano.core.migration_service",
@@ -39,6 +39,7 @@ PRELOAD = (
     "alembic.script",
     "meltano.core.state_store.filesystem",
 )
+PRELOAD_IF_INSTALLED = ("boto3",)
 HEADER = struct.Struct("!Q")
 
 
@@ -120,6 +121,9 @@ def main(path: str) -> None:
         del sys.path[0]
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in PRELOAD_IF_INSTALLED:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
