@@ -14,6 +14,8 @@ proxy on purpose start their own :class:`FaultProxy` instead.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from tests.proxy import FaultProxy
@@ -48,6 +50,17 @@ class ProxyPool:
         proxy.start()
         self.started += 1
         return proxy
+
+    @contextlib.contextmanager
+    def lease(
+        self, target_url: str, *, seed: int = 0, faults: dict[str, Any] | None = None
+    ) -> Iterator[FaultProxy]:
+        """:meth:`acquire`, then :meth:`release` at the end of the block."""
+        proxy = self.acquire(target_url, seed=seed, faults=faults)
+        try:
+            yield proxy
+        finally:
+            self.release(proxy)
 
     def release(self, proxy: FaultProxy) -> None:
         """Take ``proxy`` back once its user is done: drained and idle, or stopped."""
