@@ -41,8 +41,8 @@ restarts the request numbering and reads the control file again (the draws resta
 from the new seed). With ``drain`` it first ends whatever an earlier user left
 behind: held requests (``blackhole``, ``delay``, ``delay_request``) are closed at
 once instead of forwarded or answered, pending ``late`` copies are never sent. It
-answers 200 once reset, or 409 (and changes nothing) while a request is still in
-flight; ``{"in_flight": N}`` says how many.
+answers 200 once reset, 409 (and changes nothing) while a request is still in
+flight (``{"in_flight": N}`` says how many), 500 if the control file is unreadable.
 
 The control file is a JSON object; every key is optional:
 
@@ -506,7 +506,9 @@ class FaultInjector:
         self._flows.clear()
         if self._log is not None:
             self._log.truncate(0)  # opened to append: the next line starts the file again
-        self._reload(force=True)  # a fresh generator from the new seed, the counters at 0
+        if not self._reload(force=True):  # a fresh generator from the new seed, counters at 0
+            flow.response = http.Response.make(500, b"the control file is unreadable or wrong")
+            return
         flow.response = http.Response.make(200, json.dumps({"in_flight": 0}))
 
     async def _end_holds(self) -> None:
@@ -536,8 +538,9 @@ class FaultInjector:
         self._late_tasks.add(task)
         task.add_done_callback(self._late_tasks.discard)
 
-    def _reload(self, *, force: bool = False) -> None:
-        """Read the control file again if it changed since the last read."""
+    def _reload(self, *, force: bool = False) -> bool:
+        """Read the control file again if it changed since the last read; False if it is
+        unreadable or wrong (the faults stay as they were)."""
         from mitmproxy import ctx
 
         path = ctx.options.faults_file
@@ -547,7 +550,7 @@ class FaultInjector:
             st = None
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size) if st is not None else None
         if not force and stamp == self._file_stamp:
-            return
+            return True
         self._file_stamp = stamp
         data: dict[str, Any] = {}
         if st is not None:
@@ -558,18 +561,19 @@ class FaultInjector:
                 logger.error(
                     "fault proxy: cannot read %s (keeping the faults as they were): %s", path, e
                 )
-                return
+                return False
         if ctx.options.faults_match and "match" not in data:
             data = {**data, "match": ctx.options.faults_match}
         try:
             self.config = FaultConfig.from_mapping(data)
         except ValueError as e:
             logger.error("fault proxy: %s: %s (keeping the faults as they were)", path, e)
-            return
+            return False
         self._rng = random.Random(self._seed)
         self._faults_applied = 0
         self._selected = 0
         logger.info("fault proxy: faults now %s", self.config)
+        return True
 
     def _error_response(
         self, flow: "http.HTTPFlow", status: int, *, throttle: bool = False
