@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
 from tests.helpers import StoreCli
+from tests.proxy.pool import ProxyPool
 
 pytest_plugins = ["tests.servers", "tests.rgw", "tests.pg", "tests.dist"]
 
@@ -78,3 +80,12 @@ def store_cli(request: pytest.FixtureRequest, tmp_path: Path) -> StoreCli:
     if kind == "local":
         return StoreCli.local(tmp_path / "store")
     return StoreCli.cloud(request.getfixturevalue(f"{kind}_location"), tmp_path)
+
+
+@pytest.fixture(scope="session")
+def proxy_pool() -> Iterator[ProxyPool]:
+    """The fault proxies this test process reuses (``tests/proxy/pool.py``); stopped at the
+    end, and killed with the process if it dies first (``tests/support/processes.py``)."""
+    pool = ProxyPool()
+    yield pool
+    pool.close()

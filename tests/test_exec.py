@@ -22,7 +22,7 @@ from mapper_state.core.lease import LeaseRecord, read_lease
 from mapper_state.stores import open_configured_store
 from tests.conftest import ON_BOTH
 from tests.helpers import MAPPER, StoreCli, clean_env, spawn_cli, state_line, wait_until
-from tests.proxy import FaultProxy
+from tests.proxy.pool import ProxyPool
 from tests.servers import StoreLocation
 
 ID = "prod:elt"
@@ -326,12 +326,12 @@ def test_an_exec_inside_an_exec_on_the_same_id_runs_under_its_lease(store_cli: S
 
 @pytest.mark.cloud
 def test_a_store_that_stops_answering_stops_the_command_before_the_lease_expires(
-    s3_location: StoreLocation, tmp_path: Path
+    s3_location: StoreLocation, proxy_pool: ProxyPool, tmp_path: Path
 ) -> None:
     """Every write under the state ID is black-holed (the wrapper's renewals hang): the
     heartbeat gives the lease up before its expiry and the command is stopped in time."""
     direct = StoreCli.cloud(s3_location, tmp_path)
-    with FaultProxy(s3_location.emulator.endpoint) as proxy:
+    with proxy_pool.lease(s3_location.emulator.endpoint) as proxy:
         env = {**s3_location.env, "MAPPER_STATE_STATE_BACKEND__S3__ENDPOINT_URL": proxy.url}
         faulty = StoreCli("moto through a fault proxy", env, tmp_path)
         log, ended = tmp_path / "log", tmp_path / "ended"

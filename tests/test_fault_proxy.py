@@ -19,6 +19,7 @@ import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from tests.proxy import FaultProxy, ProxyUnavailable
+from tests.proxy.pool import ProxyPool
 from tests.servers import Emulator, StoreLocation
 from tests.support import sdk
 
@@ -40,23 +41,23 @@ def s3_client(emulator: Emulator, endpoint_url: str | None = None, **config: Any
 
 
 @contextlib.contextmanager
-def start_proxy(target_url: str, **kwargs: Any) -> Iterator[FaultProxy]:
-    """A running proxy; a missing mitmdump fails the test with the command that installs it."""
-    proxy = FaultProxy(target_url, **kwargs)
+def start_proxy(pool: ProxyPool, target_url: str, **kwargs: Any) -> Iterator[FaultProxy]:
+    """A running proxy, as if just started (reused from ``pool``); a missing mitmdump fails
+    the test with the command that installs it."""
     try:
-        proxy.start()
+        proxy = pool.acquire(target_url, **kwargs)
     except ProxyUnavailable as e:
         pytest.fail(str(e), pytrace=False)
     try:
         yield proxy
     finally:
-        proxy.stop()
+        pool.release(proxy)
 
 
 @pytest.fixture
-def proxy(moto_server: Emulator) -> Iterator[FaultProxy]:
+def proxy(proxy_pool: ProxyPool, moto_server: Emulator) -> Iterator[FaultProxy]:
     """A proxy in front of moto, counting only until a test sets faults."""
-    with start_proxy(moto_server.endpoint) as p:
+    with start_proxy(proxy_pool, moto_server.endpoint) as p:
         yield p
 
 
@@ -141,10 +142,10 @@ def test_count_only_passes_everything_through_and_counts_exactly(
 
 
 def test_signed_requests_reach_a_signature_checking_server(
-    moto_auth_server: Emulator,
+    proxy_pool: ProxyPool, moto_auth_server: Emulator
 ) -> None:
     """SigV4 signs the Host header: the proxy must not rewrite it (keep_host_header)."""
-    with start_proxy(moto_auth_server.endpoint) as p:
+    with start_proxy(proxy_pool, moto_auth_server.endpoint) as p:
         client = s3_client(moto_auth_server, p.url)
         name = f"{BUCKET_PREFIX}-{os.urandom(6).hex()}"
         client.create_bucket(Bucket=name)
@@ -348,9 +349,11 @@ def test_max_faults_faults_only_the_first_requests(
     assert [r["fault"] for r in proxy.requests()] == ["error", "error", None, None]
 
 
-def test_a_seed_gives_the_same_faults_in_the_same_order(moto_server: Emulator, bucket: str) -> None:
+def test_a_seed_gives_the_same_faults_in_the_same_order(
+    proxy_pool: ProxyPool, moto_server: Emulator, bucket: str
+) -> None:
     def outcomes(seed: int) -> list[str | None]:
-        with start_proxy(moto_server.endpoint, seed=seed, faults={"error": 0.5}) as p:
+        with start_proxy(proxy_pool, moto_server.endpoint, seed=seed, faults={"error": 0.5}) as p:
             client = s3_client(moto_server, p.url)
             for _ in range(16):
                 with contextlib.suppress(ClientError):
@@ -403,12 +406,12 @@ def test_a_missing_mitmdump_names_the_install_script(
 # -- the other SDKs ------------------------------------------------------------------
 
 
-def test_azure_sdk_through_the_proxy(azure_location: StoreLocation) -> None:
+def test_azure_sdk_through_the_proxy(proxy_pool: ProxyPool, azure_location: StoreLocation) -> None:
     from azure.core.exceptions import HttpResponseError
     from azure.storage.blob import BlobServiceClient
 
     endpoint = azure_location.emulator.endpoint  # http://127.0.0.1:PORT/devstoreaccount1
-    with start_proxy(endpoint) as p:
+    with start_proxy(proxy_pool, endpoint) as p:
         connection_string = azure_location.options["connection_string"].replace(endpoint, p.url)
         service = BlobServiceClient.from_connection_string(connection_string, retry_total=0)
         blob = service.get_blob_client(azure_location.bucket, "k")
@@ -422,10 +425,10 @@ def test_azure_sdk_through_the_proxy(azure_location: StoreLocation) -> None:
         assert caught.value.status_code == 503
 
 
-def test_gcs_sdk_through_the_proxy(gcs_location: StoreLocation) -> None:
+def test_gcs_sdk_through_the_proxy(proxy_pool: ProxyPool, gcs_location: StoreLocation) -> None:
     from google.api_core.exceptions import ServiceUnavailable
 
-    with start_proxy(gcs_location.emulator.endpoint) as p:
+    with start_proxy(proxy_pool, gcs_location.emulator.endpoint) as p:
         client = sdk.gcs_client(p.url)
         blob = client.bucket(gcs_location.bucket).blob("k")
         blob.upload_from_string(b"through", if_generation_match=0, retry=None)
@@ -452,3 +455,78 @@ def test_late_closes_the_client_and_delivers_the_request_afterwards(
     records = proxy.requests()
     assert [(r["fault"], r["status"]) for r in records] == [("late", None), ("late_arrival", 200)]
     assert records[1]["time"] - records[0]["time"] >= DELAY
+
+
+# -- reuse (tests/proxy/pool.py) -------------------------------------------------------
+
+
+@pytest.fixture
+def own_pool() -> Iterator[ProxyPool]:
+    """A pool of this test's own, so what it hands out depends on this test alone."""
+    pool = ProxyPool()
+    yield pool
+    pool.close()
+
+
+def test_a_reused_proxy_is_as_good_as_a_fresh_one(
+    own_pool: ProxyPool, moto_server: Emulator, direct: Any, bucket: str
+) -> None:
+    """No fault, count, held request or late copy of an earlier user is left, and the seed
+    gives the faults of a proxy just started with it."""
+
+    def outcomes(p: FaultProxy) -> list[tuple[int, str | None]]:
+        client = s3_client(moto_server, p.url)
+        for _ in range(16):
+            with contextlib.suppress(ClientError):
+                client.head_bucket(Bucket=bucket)
+        return [(r["seq"], r["fault"]) for r in p.requests()]
+
+    with start_proxy(own_pool, moto_server.endpoint, seed=7, faults={"error": 0.5}) as fresh:
+        expected = outcomes(fresh)
+    assert own_pool.started == 1
+    assert [seq for seq, _ in expected] == list(range(1, 17))
+    assert {fault for _, fault in expected} == {None, "error"}
+
+    with start_proxy(own_pool, moto_server.endpoint) as used:
+        assert used is fresh
+        slow = s3_client(moto_server, used.url, read_timeout=1)
+        used.set_faults(blackhole=1.0, match="/held")
+        with pytest.raises(ReadTimeoutError):
+            slow.put_object(Bucket=bucket, Key="held", Body=b"x")  # still held when it ends
+        used.set_faults(late=1.0, delay_seconds=1.0, match="/late")
+        with pytest.raises(ConnectionClosedError):
+            slow.put_object(Bucket=bucket, Key="late", Body=b"x")  # its copy still pending
+        used.faults_file.write_text("{not json", encoding="utf-8")
+        slow.head_bucket(Bucket=bucket)  # the proxy complains in its output
+        assert "cannot read" in used.output_log.read_text(errors="replace")
+
+    with start_proxy(own_pool, moto_server.endpoint, seed=7, faults={"error": 0.5}) as again:
+        assert again is used
+        assert again.requests() == []
+        assert again.output_log.read_text(errors="replace") == ""
+        assert outcomes(again) == expected
+        time.sleep(1.5)  # past the late copy's delay: a copy of the last user would be here
+        assert not exists(direct, bucket, "late")
+        assert not exists(direct, bucket, "held")
+    assert own_pool.started == 1  # one process all along
+
+
+def test_a_proxy_in_use_or_with_a_request_in_flight_is_not_handed_out(
+    own_pool: ProxyPool, moto_server: Emulator, bucket: str
+) -> None:
+    first = own_pool.acquire(moto_server.endpoint)
+    second = own_pool.acquire(moto_server.endpoint)
+    assert first.port != second.port  # two users at once: two processes
+    client = s3_client(moto_server, first.url, read_timeout=1)
+    first.set_faults(blackhole=1.0)
+    with pytest.raises(ReadTimeoutError):
+        client.head_bucket(Bucket=bucket)
+    assert not first.reconfigure(seed=3)  # the black-holed request is still in flight
+    assert first.count(fault="blackhole") == 1  # and the refused reset changed nothing
+    own_pool.release(first)  # its user is done: the held request is closed
+    own_pool.release(second)
+    assert own_pool.acquire(moto_server.endpoint) is first
+    assert own_pool.acquire(moto_server.endpoint) is second
+    assert own_pool.started == 2
+    own_pool.release(first)
+    own_pool.release(second)

@@ -26,6 +26,18 @@ print(proxy._proc.pid, flush=True)
 time.sleep(600)
 """
 
+POOLED = """
+import sys, time
+from tests.proxy.pool import ProxyPool
+pool = ProxyPool()
+proxy = pool.acquire("http://127.0.0.1:9")
+pool.release(proxy)  # idle in the pool, kept for the next test until the run ends
+assert pool.acquire("http://127.0.0.1:9") is proxy
+pool.release(proxy)
+print(proxy._proc.pid, flush=True)
+time.sleep(600)
+"""
+
 DETACHED = """
 import subprocess, sys, time
 from pathlib import Path
@@ -70,6 +82,11 @@ def test_the_fault_proxy_dies_with_the_process_that_started_it() -> None:
     # mitmdump runs in a session of its own (stopped as a group): the kernel still kills it
     proxy = _start_then_kill(PROXY)
     _gone(proxy, "mitmdump outlived the process that started it")
+
+
+def test_a_pooled_fault_proxy_dies_with_the_process_that_started_it() -> None:
+    proxy = _start_then_kill(POOLED)
+    _gone(proxy, "a pooled mitmdump outlived the process that started it")
 
 
 def test_a_detached_server_is_stopped_when_the_run_dies(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.proxy import FaultProxy, ProxyUnavailable
+from tests.proxy.pool import ProxyPool
 from tests.servers import Emulator, StoreLocation, running_azurite
 
 CHAOS_DIR = Path(__file__).resolve().parent
@@ -135,17 +136,18 @@ def record_figures(test: str, store: str, **figures: Any) -> None:
 
 
 @pytest.fixture
-def start_proxy() -> Iterator[Any]:
+def start_proxy(proxy_pool: ProxyPool) -> Iterator[Any]:
     """``start_proxy(location, seed=..., faults=...)``: a proxy in front of the location's
-    emulator, returned with the location as reached through it; stopped at the end."""
+    emulator, returned with the location as reached through it; the proxy is this test's
+    alone, as if just started with ``seed`` and ``faults`` (reused from ``proxy_pool``),
+    and goes back to the pool at the end."""
     running: list[FaultProxy] = []
 
     def start(
         location: StoreLocation, *, seed: int = 0, faults: dict[str, Any] | None = None
     ) -> tuple[FaultProxy, StoreLocation]:
-        proxy = FaultProxy(location.emulator.endpoint, faults=faults, seed=seed)
         try:
-            proxy.start()
+            proxy = proxy_pool.acquire(location.emulator.endpoint, seed=seed, faults=faults)
         except ProxyUnavailable as exc:
             pytest.fail(str(exc), pytrace=False)
         running.append(proxy)
@@ -153,7 +155,7 @@ def start_proxy() -> Iterator[Any]:
 
     yield start
     for proxy in running:
-        proxy.stop()
+        proxy_pool.release(proxy)
 
 
 #: What a deadline test allows past the deadline the docs promise (a third of the TTL per

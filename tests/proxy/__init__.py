@@ -16,11 +16,15 @@ module does not import mitmproxy: it starts the binary as a child process.
         proxy.set_faults(drop_response=1.0, match="/lease")
         ...
         assert proxy.count("PUT", path_contains="/lease") == 1
+
+Tests reuse running proxies through :class:`tests.proxy.pool.ProxyPool`:
+:meth:`FaultProxy.reconfigure` makes a running proxy as good as a fresh one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import shutil
@@ -34,7 +38,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.proxy.faults import FAULTS, FaultConfig
+from tests.proxy.faults import CONTROL_PATH, FAULTS, FaultConfig
 from tests.support.processes import popen, stop
 
 __all__ = ["FAULTS", "FaultProxy", "ProxyUnavailable", "mitmdump_path"]
@@ -46,6 +50,7 @@ MITMDUMP = TOOLS_DIR / "mitmproxy" / "bin" / "mitmdump"
 INSTALL = "scripts/install-tools.sh"
 STARTUP_SECONDS = 30
 STOP_SECONDS = 5
+CONTROL_SECONDS = 10  # a reset answers at once, or after its drain's 2 s at most
 _START_ATTEMPTS = 3  # a port picked free can be taken before mitmdump binds it
 
 
@@ -123,6 +128,42 @@ class FaultProxy:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
         self.port = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def reconfigure(
+        self, *, seed: int = 0, faults: dict[str, Any] | None = None, drain: bool = False
+    ) -> bool:
+        """Make the running proxy as good as one just started with ``seed`` and ``faults``.
+
+        The request log and mitmdump's output are emptied, the request numbering and the
+        fault counters start again and the draws restart from ``seed``. With ``drain``,
+        requests an earlier user left held are closed first and its pending ``late``
+        copies dropped. False (nothing changed but the control file) if a request is still
+        in flight or the proxy does not answer: the proxy is then not fit for reuse.
+        """
+        FaultConfig.from_mapping(faults or {})
+        if not self.running or self.port is None:
+            return False
+        self._write_faults(dict(faults or {}))
+        body = json.dumps({"seed": seed, "drain": drain})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=CONTROL_SECONDS)
+        try:
+            conn.request("POST", CONTROL_PATH, body, {"Content-Type": "application/json"})
+            status = conn.getresponse().status
+        except OSError:
+            return False
+        finally:
+            conn.close()
+        if status != 200:
+            return False
+        self.seed = seed
+        self._initial_faults = dict(faults or {})
+        with open(self.output_log, "r+b") as f:
+            f.truncate(0)  # mitmdump appends: its next line starts the file again
+        return True
 
     @property
     def url(self) -> str:

@@ -34,6 +34,16 @@ Options (``--set NAME=VALUE``):
     File written (``{"listen": [[host, port], ...]}``) once mitmproxy listens:
     mitmproxy calls the ``running`` hook only after its servers are bound.
 
+A ``POST /.fault-proxy/reset`` to the proxy itself (never forwarded, never logged)
+makes a running proxy as good as a fresh one, so tests can reuse it: its JSON body
+``{"seed": N, "drain": BOOL}`` sets the seed, and the proxy empties the request log,
+restarts the request numbering and reads the control file again (the draws restart
+from the new seed). With ``drain`` it first ends whatever an earlier user left
+behind: held requests (``blackhole``, ``delay``, ``delay_request``) are closed at
+once instead of forwarded or answered, pending ``late`` copies are never sent. It
+answers 200 once reset, 409 (and changes nothing) while a request is still in
+flight (``{"in_flight": N}`` says how many), 500 if the control file is unreadable.
+
 The control file is a JSON object; every key is optional:
 
 =================  ===========================================================
@@ -132,6 +142,10 @@ FAULTS = (
     "delay",
     "late",
 )
+#: The path of the control request (S3, Azure and GCS names never start with a dot).
+CONTROL_PATH = "/.fault-proxy/reset"
+#: How long a reset waits for the requests it ended to settle before answering 409.
+_SETTLE_SECONDS = 2.0
 #: Faults decided and applied before the request is forwarded (the server never sees it).
 NOT_FORWARDED = frozenset({"reset", "error", "throttle", "blackhole", "late"})
 
@@ -316,6 +330,8 @@ class FaultInjector:
         self._log: TextIO | None = None
         self._seq = 0
         self._late_tasks: set[asyncio.Task[None]] = set()
+        self._flows: set[http.HTTPFlow] = set()  # seen since the last reset; some still live
+        self._drain: asyncio.Event | None = None  # set to end the holds of the last user
 
     # -- mitmproxy hooks -----------------------------------------------------------
 
@@ -360,33 +376,25 @@ class FaultInjector:
             self._log.close()
             self._log = None
 
+    def requestheaders(self, flow: "http.HTTPFlow") -> None:
+        if _path(flow) != CONTROL_PATH:
+            self._flows.add(flow)  # in flight from its headers on, until it is no longer live
+            if len(self._flows) > 64:
+                self._in_flight()  # forget the settled ones (and their bodies)
+
     async def request(self, flow: "http.HTTPFlow") -> None:
+        if _path(flow) == CONTROL_PATH:
+            await self._control(flow)
+            return
+        self._flows.add(flow)  # a late copy replayed by the proxy itself
         if flow.metadata.get("faults.late_copy"):  # a late request, arriving now: no new fault
             flow.metadata["faults.fault"] = "late_arrival"
             flow.metadata["faults.start"] = time.time()
             return
-        self._reload()
-        config = self.config
-        flow.metadata["faults.config"] = config
-        flow.metadata["faults.start"] = time.time()
-        draw = self._rng.random()  # one draw per request, matching or not: reproducible
-        fault = None
-        body = flow.request.raw_content or b""
-        selected = config.applies_to(
-            flow.request.method, _path(flow), body, list(flow.request.headers.keys())
-        )
-        if selected:
-            self._selected += 1
-        if (
-            selected
-            and self._selected > config.skip
-            and (config.max_faults is None or self._faults_applied < config.max_faults)
-        ):
-            fault = config.pick(draw)
+        fault = self._decide(flow)
         if fault is None:
             return
-        self._faults_applied += 1
-        flow.metadata["faults.fault"] = fault
+        config: FaultConfig = flow.metadata["faults.config"]
         if fault == "reset":
             self._record(flow)
             flow.kill()
@@ -396,17 +404,19 @@ class FaultInjector:
             flow.response = self._error_response(flow, config.throttle_status, throttle=True)
         elif fault == "blackhole":
             self._record(flow)
-            await asyncio.sleep(config.blackhole_seconds)
+            await self._hold(config.blackhole_seconds)
             if flow.killable:
                 flow.kill()
         elif fault == "delay_request":
-            await asyncio.sleep(config.delay_seconds)
+            await self._hold_or_kill(flow, config.delay_seconds)
         elif fault == "late":
             self._send_late(flow, config.delay_seconds)
             self._record(flow)
             flow.kill()
 
     async def response(self, flow: "http.HTTPFlow") -> None:
+        if flow.metadata.get("faults.control"):
+            return
         fault = flow.metadata.get("faults.fault")
         config: FaultConfig = flow.metadata.get("faults.config", self.config)
         if fault not in NOT_FORWARDED and flow.response is not None:
@@ -418,13 +428,99 @@ class FaultInjector:
         if fault == "error_applied":
             flow.response = self._error_response(flow, self._rng.choice(config.error_statuses))
         elif fault == "delay":
-            await asyncio.sleep(config.delay_seconds)
+            await self._hold_or_kill(flow, config.delay_seconds)
         self._record(flow)
 
     def error(self, flow: "http.HTTPFlow") -> None:
-        self._record(flow)
+        if not flow.metadata.get("faults.control"):
+            self._record(flow)
 
     # -- internals -----------------------------------------------------------------
+
+    def _decide(self, flow: "http.HTTPFlow") -> str | None:
+        """Draw the request's fault (None: none) under the control file's faults."""
+        self._reload()
+        config = self.config
+        flow.metadata["faults.config"] = config
+        flow.metadata["faults.start"] = time.time()
+        draw = self._rng.random()  # one draw per request, matching or not: reproducible
+        body = flow.request.raw_content or b""
+        selected = config.applies_to(
+            flow.request.method, _path(flow), body, list(flow.request.headers.keys())
+        )
+        if selected:
+            self._selected += 1
+        if not (
+            selected
+            and self._selected > config.skip
+            and (config.max_faults is None or self._faults_applied < config.max_faults)
+        ):
+            return None
+        fault = config.pick(draw)
+        if fault is not None:
+            self._faults_applied += 1
+            flow.metadata["faults.fault"] = fault
+        return fault
+
+    async def _hold_or_kill(self, flow: "http.HTTPFlow", seconds: float) -> None:
+        """Hold a request or its response ``seconds``; if a reset drains the proxy first,
+        close it instead: its user is gone, and the server must not see it after."""
+        if await self._hold(seconds) and flow.killable:
+            flow.kill()
+
+    async def _hold(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less if a reset drains the proxy: True if drained."""
+        if self._drain is None:
+            self._drain = asyncio.Event()
+        drain = self._drain
+        try:
+            await asyncio.wait_for(drain.wait(), timeout=seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    def _in_flight(self) -> int:
+        self._flows = {f for f in self._flows if f.live}
+        return len(self._flows)
+
+    async def _control(self, flow: "http.HTTPFlow") -> None:
+        """Answer a reset (module docstring): the proxy as a fresh one with the new seed."""
+        from mitmproxy import http
+
+        flow.metadata["faults.control"] = True
+        try:
+            body = json.loads(flow.request.raw_content or b"{}")
+            seed, drain = body.get("seed", 0), bool(body.get("drain", False))
+            _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", "an int", seed)
+        except (ValueError, AttributeError) as e:
+            flow.response = http.Response.make(400, str(e).encode())
+            return
+        if drain:
+            await self._end_holds()
+        in_flight = self._in_flight()
+        if in_flight:
+            flow.response = http.Response.make(409, json.dumps({"in_flight": in_flight}))
+            return
+        self._seed = seed
+        self._seq = 0
+        self._flows.clear()
+        if self._log is not None:
+            self._log.truncate(0)  # opened to append: the next line starts the file again
+        if not self._reload(force=True):  # a fresh generator from the new seed, counters at 0
+            flow.response = http.Response.make(500, b"the control file is unreadable or wrong")
+            return
+        flow.response = http.Response.make(200, json.dumps({"in_flight": 0}))
+
+    async def _end_holds(self) -> None:
+        """End the holds and drop the late copies of an earlier user; let its flows settle."""
+        for task in list(self._late_tasks):
+            task.cancel()
+        if self._drain is not None:
+            self._drain.set()
+            self._drain = None
+        deadline = time.monotonic() + _SETTLE_SECONDS
+        while self._in_flight() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     def _send_late(self, flow: "http.HTTPFlow", delay: float) -> None:
         """Replay a copy of the request to the server after ``delay``, whatever the client does."""
@@ -442,8 +538,9 @@ class FaultInjector:
         self._late_tasks.add(task)
         task.add_done_callback(self._late_tasks.discard)
 
-    def _reload(self, *, force: bool = False) -> None:
-        """Read the control file again if it changed since the last read."""
+    def _reload(self, *, force: bool = False) -> bool:
+        """Read the control file again if it changed since the last read; False if it is
+        unreadable or wrong (the faults stay as they were)."""
         from mitmproxy import ctx
 
         path = ctx.options.faults_file
@@ -453,7 +550,7 @@ class FaultInjector:
             st = None
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size) if st is not None else None
         if not force and stamp == self._file_stamp:
-            return
+            return True
         self._file_stamp = stamp
         data: dict[str, Any] = {}
         if st is not None:
@@ -464,18 +561,19 @@ class FaultInjector:
                 logger.error(
                     "fault proxy: cannot read %s (keeping the faults as they were): %s", path, e
                 )
-                return
+                return False
         if ctx.options.faults_match and "match" not in data:
             data = {**data, "match": ctx.options.faults_match}
         try:
             self.config = FaultConfig.from_mapping(data)
         except ValueError as e:
             logger.error("fault proxy: %s: %s (keeping the faults as they were)", path, e)
-            return
+            return False
         self._rng = random.Random(self._seed)
         self._faults_applied = 0
         self._selected = 0
         logger.info("fault proxy: faults now %s", self.config)
+        return True
 
     def _error_response(
         self, flow: "http.HTTPFlow", status: int, *, throttle: bool = False
