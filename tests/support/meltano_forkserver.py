@@ -18,6 +18,7 @@ virtualenv, where the tests' own package is not importable.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -124,6 +125,12 @@ def main(path: str) -> None:
     for name in PRELOAD_IF_INSTALLED:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    # the imported modules' objects live as long as the process: out of the collector's
+    # sight, a command's collections no longer walk (and copy, page by page, from this
+    # process) the whole of Meltano's import: a `meltano state list` took 0.55-0.69 s of CPU
+    # without this, 0.17-0.27 s with it
+    gc.collect()
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
