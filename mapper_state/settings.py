@@ -516,7 +516,7 @@ def load(
         if spec.name in ours:
             raw, source = ours[spec.name]
         for path, data in files:
-            if spec.name in data:
+            if data.get(spec.name) is not None:  # JSON's null: not set in this file
                 raw, source = data[spec.name], f"config file {path}"
         if flags and flags.get(spec.name) is not None:
             raw, source = flags[spec.name], "command line"

@@ -121,6 +121,7 @@ def settings_page() -> str:
         "1. a command-line flag where there is one, or `--set NAME=VALUE` for any setting;",
         '2. `--config FILE` JSON files, nested (`{"state_backend": {"uri": ...}}`) or dotted',
         '   (`{"state_backend.uri": ...}`) keys; later files win (`--config ENV` reads none);',
+        "   a `null` value is no value: the setting comes from the next source down;",
         "3. `MAPPER_STATE_<NAME>` environment variables: the dotted name in capitals, dots",
         "   become `__` (`MAPPER_STATE_STATE_BACKEND__URI`);",
         "4. Meltano's `MELTANO_STATE_BACKEND_*` variables, for the `state_backend.*` settings",

@@ -138,6 +138,29 @@ def test_precedence_flags_over_files_over_env_over_meltano(tmp_path: Path) -> No
     assert stored_state(tmp_path / "from-meltano", "m") == {"a": 1}
 
 
+def test_a_null_in_a_config_file_leaves_the_setting_to_the_other_sources(tmp_path: Path) -> None:
+    """JSON's null is "not set here": the environment's value or the default stands, as
+    for a flag not given."""
+    (tmp_path / "c.json").write_text(
+        json.dumps(
+            {
+                "state_id": "from-file",
+                "state_backend": {"uri": None, "lock_timeout_seconds": None},
+                "history_keep": None,
+                "state_merge": None,
+            }
+        )
+    )
+    env = clean_env(MAPPER_STATE_STATE_BACKEND__URI="file://from-env")
+    line = state_line({"a": 1})
+    result = invoke_filter("--config", "c.json", cwd=tmp_path, env=env, input=line)
+    assert result.returncode == 0, result.stderr
+    assert stored_state(tmp_path / "from-env", "from-file") == {"a": 1}
+    lease = invoke("lock", "status", "from-file", "--config", "c.json", "--format", "json",
+                   cwd=tmp_path, env=env)  # fmt: skip
+    assert lease.returncode == 0, lease.stderr
+
+
 def test_config_env_marker_and_env_settings(tmp_path: Path) -> None:
     env = clean_env(MAPPER_STATE_STATE_ID="from-env", MAPPER_STATE_STATE_MERGE="true")
     result = invoke_filter("--config", "ENV", cwd=tmp_path, env=env, input=state_line({"a": 1}))
