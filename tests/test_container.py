@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,9 +308,20 @@ for i in range(1, 400):
 PROCESSES = "for f in /proc/[0-9]*/status; do cat $f; echo; done"
 
 
-def processes(name: str) -> list[dict[str, str]]:
-    """Each process in the container: its status fields (Name, State, Uid...)."""
-    listed = engine("exec", name, "sh", "-c", PROCESSES)
+def processes(name: str, job: subprocess.Popen[bytes]) -> list[dict[str, str]]:
+    """Each process in the container of ``job``: its status fields (Name, State, Uid...).
+
+    Podman's ``exec`` can fail while the container runs on ("does not exist in
+    database", once in a loaded full suite): it is asked again while the job runs; a job
+    that has ended fails the test with its own output."""
+    for _ in range(3):
+        listed = engine("exec", name, "sh", "-c", PROCESSES)
+        if listed.returncode == 0 or job.poll() is not None:
+            break
+        time.sleep(1)
+    if job.poll() is not None:
+        out, err = job.communicate()
+        pytest.fail(f"the job ended early ({job.returncode}): {(out + err)[-3000:]!r}")
     assert listed.returncode == 0, listed.stderr
     found = []
     for block in listed.stdout.decode().split("\n\n"):
@@ -334,9 +346,9 @@ def test_no_zombie_remains_while_the_job_runs(image: str, data: Path, pid1: str)
     )
     try:
         wait_until(lambda: lines(data / "out.jsonl") >= 10, "ten records (ten orphans)", SLOW)
-        seen = processes(name)
+        seen = processes(name, proc)
         wait_until(lambda: lines(data / "out.jsonl") >= 13, "three more records", SLOW)
-        later = processes(name)
+        later = processes(name, proc)
     finally:
         engine("stop", "--time", "10", name)
         proc.communicate(timeout=SLOW)
