@@ -102,15 +102,10 @@ class Project:
             timeout=timeout,
         )  # fmt: skip
 
-    def spawn(self, *args: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
-        with open(log, "wb") as out:
-            return subprocess.Popen(
-                [str(self.executable()), *args],
-                cwd=self.cwd,
-                env={**self.env, **env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+    def spawn(self, *args: str, log: Path, **env: str) -> meltano_fork.Process:
+        return meltano_fork.spawn(
+            self.executable(), args, cwd=self.cwd, env={**self.env, **env}, log=log
+        )
 
     def run(self, *pipeline: str, **env: str) -> subprocess.CompletedProcess[str]:
         meltano: Callable[..., subprocess.CompletedProcess[str]] = self.meltano  # env: settings

@@ -57,3 +57,18 @@ def test_a_forked_command_has_its_own_directory_environment_and_stdin(tmp_path: 
     assert got.returncode == 0, got.stderr
     assert got.stdout.strip() == '{"singer_state":{"n":1}}'
     assert (tmp_path / "states" / "dev:a").is_dir()  # the environment's backend, in its cwd
+
+
+def test_a_spawned_command_writes_its_log_and_exits_as_the_executable_does(
+    tmp_path: Path,
+) -> None:
+    env = tools.tool_env(MELTANO_SEND_ANONYMOUS_USAGE_STATS="false")
+    ok = meltano_fork.spawn(tools.meltano(), ["--version"], cwd=tmp_path, env=env,
+                            log=tmp_path / "ok.log", new_session=True)  # fmt: skip
+    assert ok.wait(timeout=120) == 0
+    assert ok.poll() == 0
+    assert "meltano, version 4.4.1" in (tmp_path / "ok.log").read_text()
+    bad = meltano_fork.spawn(tools.meltano(), ["no-such-command"], cwd=tmp_path, env=env,
+                             log=tmp_path / "bad.log")  # fmt: skip
+    assert bad.wait(timeout=120) == 2
+    assert "No such command 'no-such-command'" in (tmp_path / "bad.log").read_text()

@@ -40,6 +40,7 @@ from tests.e2e.test_meltano_backend import (  # noqa: F401 - fixtures used by na
     meltano_addon,
     run_project,
 )
+from tests.support import meltano_fork
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -77,16 +78,11 @@ class Machine:
         """Starts of the tap that extract data (not ``--discover``)."""
         return sum("--discover" not in line for line in self.tap_starts())
 
-    def spawn(self, *args: str, new_session: bool = False) -> subprocess.Popen[bytes]:
-        with open(self.log, "wb") as out:
-            return subprocess.Popen(
-                [str(self.project.executable()), *args],
-                cwd=self.project.cwd,
-                env=self.project.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=new_session,
-            )
+    def spawn(self, *args: str, new_session: bool = False) -> meltano_fork.Process:
+        return meltano_fork.spawn(
+            self.project.executable(), args, cwd=self.project.cwd, env=self.project.env,
+            log=self.log, new_session=new_session,
+        )  # fmt: skip
 
     def reset(self) -> None:
         for path in (self.started, self.taps, self.log):
@@ -147,7 +143,7 @@ def free(shared: Backend, state_id: str = STATE_ID) -> bool:
     return record is None or record.is_expired(time.time())
 
 
-def first_exit(procs: list[subprocess.Popen[bytes]], timeout: float = 300) -> int:
+def first_exit(procs: list[meltano_fork.Process], timeout: float = 300) -> int:
     """The index of the first process to end."""
     wait_until(lambda: any(p.poll() is not None for p in procs), "neither run ended", timeout)
     return next(i for i, p in enumerate(procs) if p.poll() is not None)
@@ -376,7 +372,7 @@ def test_a_second_run_waits_for_the_lease_when_lock_wait_seconds_is_set(
     first, second = machines(tmp_path, meltano_addon, file_backend)
     second.project.env["MELTANO_STATE_BACKEND_LOCK_WAIT_SECONDS"] = "600"
     running = first.spawn("run", *EL, GATE)
-    waiting: subprocess.Popen[bytes] | None = None
+    waiting: meltano_fork.Process | None = None
     try:
         wait_until(first.started.exists, "the first run never reached its gate", 300)
         add_rows(tmp_path / "events.jsonl", 2)

@@ -10,10 +10,11 @@ so everything after the imports is Meltano's own start: its settings, its system
 its state backends, the plugins it spawns. What it returns is what ``subprocess.run(...,
 capture_output=True, text=True)`` returns, and like it, it waits until the command's stdout
 and stderr are closed (by the command and by every process that inherited them).
+:func:`spawn` starts one in the background, as ``subprocess.Popen`` would: its ``pid`` is
+the command's process (to signal, or its process group with ``new_session``).
 
-Commands a test signals, kills or starts side by side (``subprocess.Popen``) are still
-started from their executable; ``MAPPER_STATE_TEST_MELTANO_FORK=0`` starts every command
-that way.
+``MAPPER_STATE_TEST_MELTANO_FORK=0`` starts every command from its executable instead;
+the benchmarks always do (they time the commands).
 """
 
 from __future__ import annotations
@@ -171,18 +172,8 @@ def run(
             timeout=timeout,
             check=False,
         )
-    server = _server_for(launcher, env)
-    request = json.dumps(
-        {"launcher": str(launcher), "args": list(args), "cwd": str(cwd), "env": dict(env)}
-    ).encode()
-    with (
-        _stdio(input) as (theirs, ours, feeder),
-        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn,
-    ):
-        conn.settimeout(timeout)
-        conn.connect(str(server.socket))
-        socket.send_fds(conn, [HEADER.pack(len(request))], theirs)
-        conn.sendall(request)
+    with _stdio(input) as (theirs, ours, feeder):
+        process = _start(launcher, args, cwd, env, theirs)
         for fd in theirs:
             os.close(fd)
         theirs.clear()
@@ -192,14 +183,123 @@ def run(
         out: list[bytes] = []
         err: list[bytes] = []
         readers = [_drain(ours[0], out), _drain(ours[1], err)]
-        replies = conn.makefile("rb")
-        pid = int(replies.readline())
         try:
-            returncode = int(replies.readline())
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            raise subprocess.TimeoutExpired(argv, timeout) from None
+            returncode = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
         for reader in readers:
             reader.join(timeout)
     return subprocess.CompletedProcess(argv, returncode, _text(b"".join(out)), _text(b"".join(err)))
+
+
+class ForkedProcess:
+    """A command forked by the fork server, as much of ``subprocess.Popen`` as the tests
+    use: ``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``."""
+
+    def __init__(self, conn: socket.socket, argv: list[str]) -> None:
+        self.args = argv
+        self._conn = conn
+        self._replies = b""
+        self.returncode: int | None = None
+        self.pid = int(self._line(timeout=60))
+
+    def _line(self, timeout: float | None) -> str:
+        """The server's next reply line, waiting up to ``timeout`` (``TimeoutError``)."""
+        self._conn.settimeout(timeout)
+        while b"\n" not in self._replies:
+            try:
+                more = self._conn.recv(64)
+            except BlockingIOError:  # timeout 0: nothing yet
+                raise TimeoutError from None
+            if not more:
+                raise RuntimeError(f"the fork server hung up on {self.args}")
+            self._replies += more
+        line, _, self._replies = self._replies.partition(b"\n")
+        return line.decode()
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = int(self._line(timeout))
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+            self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.wait(timeout=0)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _start(
+    launcher: Path,
+    args: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    stdio: Sequence[int],
+    *,
+    new_session: bool = False,
+) -> ForkedProcess:
+    """Ask the fork server of ``launcher``'s Python for ``meltano ARGS`` on ``stdio``."""
+    server = _server_for(launcher, env)
+    request = json.dumps(
+        {
+            "launcher": str(launcher),
+            "args": list(args),
+            "cwd": str(cwd),
+            "env": dict(env),
+            "new_session": new_session,
+        }
+    ).encode()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(60)
+        conn.connect(str(server.socket))
+        socket.send_fds(conn, [HEADER.pack(len(request))], list(stdio))
+        conn.sendall(request)
+        return ForkedProcess(conn, [str(launcher), *args])
+    except BaseException:
+        conn.close()
+        raise
+
+
+#: What :func:`spawn` returns.
+Process = ForkedProcess | subprocess.Popen[bytes]
+
+
+def spawn(
+    launcher: Path,
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log: Path,
+    new_session: bool = False,
+) -> Process:
+    """``meltano ARGS`` started in the background, stdout and stderr to ``log``, stdin from
+    /dev/null: ``subprocess.Popen(..., start_new_session=new_session)``, forked."""
+    argv = [str(launcher), *args]
+    with open(log, "wb") as out, open(os.devnull, "rb") as nothing:
+        if not ENABLED:
+            return subprocess.Popen(
+                argv, cwd=cwd, env=dict(env), stdin=nothing, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=new_session,
+            )  # fmt: skip
+        return _start(
+            launcher, args, cwd, env, [nothing.fileno(), out.fileno(), out.fileno()],
+            new_session=new_session,
+        )  # fmt: skip

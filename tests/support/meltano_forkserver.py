@@ -70,6 +70,8 @@ def become(request: dict[str, Any], fds: list[int]) -> None:
     for fd in fds:
         if fd > 2:
             os.close(fd)
+    if request.get("new_session"):
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
