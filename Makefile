@@ -48,7 +48,7 @@ demo: setup
 # 984 tests: three workers 14 min 46 s of pytest, 26.5 CPU-minutes, 168% CPU; four took
 # longer, 15 min 14 s, 28.5 CPU-minutes; with the changes after that, three workers took
 # 13 min 17 s to 15 min 11 s, 23-27 CPU-minutes, and with the fault proxies reused and the
-# meltano commands forked, 11 min 55 s and 12 min 36 s, 19-20 CPU-minutes for 990-992
+# meltano commands forked, 11 min 55 s to 12 min 57 s, 19-21.5 CPU-minutes for 990-992
 # tests). The longest tests start first, dealt
 # among the workers (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process;
 # PYTEST_ARGS adds pytest options (e.g. PYTEST_ARGS=--durations=30).
