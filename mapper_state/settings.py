@@ -32,6 +32,9 @@ FlagGroup = Literal["store", "lease", "run"]
 DEFAULT_URI = "file://.mapper-state"
 URI_SETTING = "state_backend.uri"
 ENV_PREFIX = "MAPPER_STATE_"
+#: The longest time a setting may give, about 31 years: a timeout or a sleep of a few
+#: hundred years no longer fits the clock Python waits on (an internal error, not a wait).
+SECONDS_MAX = 1e9
 #: ``MAPPER_STATE_*`` variables that are not settings: ``MAPPER_STATE_DEBUG`` (log.py), the
 #: lease an enclosing ``exec`` holds (core/inherited.py), the test suite's tools directory
 #: and the chaos suite's budget (tests/chaos/conftest.py).
@@ -65,6 +68,7 @@ class SettingSpec:
     default: Any = None
     secret: bool = False
     minimum: float | None = None
+    maximum: float | None = None
     #: A string setting that may also be given as a JSON object (kept as its JSON text).
     accepts_object: bool = False
     #: The command-line flag, where the setting has one (any setting takes ``--set NAME=VALUE``).
@@ -114,6 +118,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "Lease time-to-live; the holder renews it every third of it.",
         30.0,
         minimum=0.5,
+        maximum=SECONDS_MAX,
         # every command that opens a store: a third of it bounds a store call's retries
         flag=Flag(
             "--lock-timeout-seconds",
@@ -127,6 +132,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "Poll interval while waiting for a busy lease.",
         1.0,
         minimum=0.01,
+        maximum=SECONDS_MAX,
         flag=Flag("--lock-retry-seconds", "Poll interval for a busy lease.", group="lease"),
     ),
     SettingSpec(
@@ -135,6 +141,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "How long to wait for a busy lease before failing (0 fails at once).",
         0.0,
         minimum=0,
+        maximum=SECONDS_MAX,
         flag=Flag("--lock-wait-seconds", "Wait this long for a busy lease.", group="lease"),
     ),
     SettingSpec(
@@ -143,6 +150,7 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         "At most one state write per interval while running; the last state is always written.",
         5.0,
         minimum=0,
+        maximum=SECONDS_MAX,
         flag=Flag("--checkpoint-interval-seconds", "At most one state write per interval."),
     ),
     SettingSpec(
@@ -385,6 +393,8 @@ def _number(spec: SettingSpec, raw: Any, where: str) -> float | int:
         raise ConfigError(f"{where} must be a finite number")
     if spec.minimum is not None and value < spec.minimum:
         raise ConfigError(f"{where} must be at least {spec.minimum:g}, not {value:g}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise ConfigError(f"{where} must be at most {spec.maximum:g}, not {value:g}")
     return value
 
 

@@ -86,6 +86,8 @@ def _row(spec: SettingSpec, flag_of: dict[str, str]) -> str:
         kind += ", **secret**"
     if spec.minimum is not None:
         kind += f", at least {spec.minimum:g}"
+    if spec.maximum is not None:
+        kind += f", at most {spec.maximum:g}"
     where = [f"`{spec.env_var}`"]
     if spec.name in flag_of:
         where.insert(0, f"`{flag_of[spec.name]}`")

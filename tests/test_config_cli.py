@@ -161,6 +161,30 @@ def test_a_null_in_a_config_file_leaves_the_setting_to_the_other_sources(tmp_pat
     assert lease.returncode == 0, lease.stderr
 
 
+SECONDS_SETTINGS = [
+    "state_backend.lock_timeout_seconds",
+    "state_backend.lock_retry_seconds",
+    "state_backend.lock_wait_seconds",
+    "checkpoint_interval_seconds",
+]
+
+
+@pytest.mark.parametrize("name", SECONDS_SETTINGS)
+def test_a_time_too_long_for_the_clock_is_refused_in_one_line(tmp_path: Path, name: str) -> None:
+    """1e20 seconds was taken, and a lease of that length ended the run with an internal
+    error (Python cannot wait that long); now any time over 1e9 s (31 years) is refused before
+    anything is stored, and 1e9 s itself runs."""
+    env = clean_env(MAPPER_STATE_STATE_BACKEND__URI=f"file://{tmp_path / 'store'}")
+    line = state_line({"a": 1})
+    refused = invoke_filter("--state-id", "p", "--set", f"{name}=1e20", env=env, input=line)
+    assert_one_line_error(refused, 2, name, "must be at most 1e+09, not 1e+20")
+    assert refused.stdout == b""
+    assert not (tmp_path / "store").exists()
+    taken = invoke_filter("--state-id", "p", "--set", f"{name}=1e9", env=env, input=line)
+    assert taken.returncode == 0, taken.stderr
+    assert stored_state(tmp_path / "store", "p") == {"a": 1}
+
+
 def test_config_env_marker_and_env_settings(tmp_path: Path) -> None:
     env = clean_env(MAPPER_STATE_STATE_ID="from-env", MAPPER_STATE_STATE_MERGE="true")
     result = invoke_filter("--config", "ENV", cwd=tmp_path, env=env, input=state_line({"a": 1}))

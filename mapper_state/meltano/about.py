@@ -36,6 +36,8 @@ def _property(spec: SettingSpec) -> dict[str, Any]:
         prop["writeOnly"] = True
     if spec.minimum is not None:
         prop["minimum"] = spec.minimum
+    if spec.maximum is not None:
+        prop["maximum"] = spec.maximum
     return prop
 
 

@@ -27,7 +27,7 @@ import importlib
 import sys
 from collections.abc import Iterable, Iterator
 
-from mapper_state.settings import RUN_SETTINGS, SettingSpec
+from mapper_state.settings import RUN_SETTINGS, SECONDS_MAX, SettingSpec
 from mapper_state.stores import builtin_store_types, split_uri, store_types
 from mapper_state.stores.base import StoreType
 
@@ -53,6 +53,7 @@ LOCK_WAIT = SettingSpec(
     "How long Meltano waits for a busy mapper-state lease before failing with the holder's "
     f"name (mapper-state's state backend; default {DEFAULT_LOCK_WAIT_SECONDS:g}).",
     minimum=0,
+    maximum=SECONDS_MAX,
 )
 
 
