@@ -187,10 +187,13 @@ safe_uris = st.sampled_from(
 def test_any_settings_work_or_fail_in_one_line(
     tmp_path_factory: Any, flags: list[Any], env: list[Any], file_settings: dict[str, Any], uri: str
 ) -> None:
-    """No network: only URIs that name no server, or a cloud URI missing its bucket."""
+    """No network: only URIs that name no server, or a cloud URI missing its bucket.
+
+    Where no source sets the lease's length, the config file makes it short: a refused
+    connection is retried for a third of it (10 s by default, a second here)."""
     root = tmp_path_factory.mktemp("settings")
     config = root / "config.json"
-    config.write_text(json.dumps(file_settings))
+    config.write_text(json.dumps({"state_backend.lock_timeout_seconds": 3, **file_settings}))
     args = ["state", "list", "--state-backend-uri", uri.format(root=root), "--config", str(config)]
     for spec, value in flags:
         args += ["--set", f"{spec.name}={value}"]
