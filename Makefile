@@ -34,7 +34,9 @@ $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
 
 setup: $(STAMP)
 
-tools: $(STAMP)
+# The tools need no project virtualenv (install-tools.sh finds or makes its own uv), so
+# .ci/run installs them while `make setup` runs.
+tools:
 	@scripts/install-system.sh
 	@scripts/install-tools.sh
 	@scripts/install-emulators.sh
@@ -43,16 +45,16 @@ demo: setup
 	@scripts/install-tools.sh
 	@examples/demo.sh
 
-# Three workers on two cores: much of the suite waits on leases expiring and servers
-# answering, so a third worker fills the cores (measured from clean clones on 2026-12-03,
-# 984 tests: three workers 14 min 46 s of pytest, 26.5 CPU-minutes, 168% CPU; four took
-# longer, 15 min 14 s, 28.5 CPU-minutes; with the changes after that, three workers took
-# 13 min 17 s to 15 min 11 s, 23-27 CPU-minutes, and with the fault proxies reused and the
-# meltano commands forked, 11 min 55 s to 12 min 57 s, 19-21.5 CPU-minutes for 990-992
-# tests). The longest tests start first, dealt
-# among the workers (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process;
-# PYTEST_ARGS adds pytest options (e.g. PYTEST_ARGS=--durations=30).
-PYTEST_WORKERS ?= 3
+# Four workers on two cores: much of the suite waits on leases expiring and servers
+# answering. Measured from clean clones on 2026-12-03, 996 tests: three workers 12 min 1 s
+# to 12 min 29 s of pytest with the cores 75-77% busy; four 10 min 59 s, 86% busy, about
+# the same CPU; five 11 min 17 s, 89% busy but 6% more CPU (each worker starts its own
+# servers, proxies and Meltano fork servers). Earlier, before the fault proxies were
+# reused and the meltano commands forked, four took longer than three. The longest tests
+# start first, the mostly waiting ones spread among the rest, dealt among the workers
+# (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds pytest
+# options (e.g. PYTEST_ARGS=--durations=30).
+PYTEST_WORKERS ?= 4
 test: setup tools
 	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
