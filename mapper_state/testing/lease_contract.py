@@ -21,8 +21,9 @@ from mapper_state.core.lease import (
     skew_allowance,
 )
 from mapper_state.errors import LeaseBusy, LeaseLost
-from mapper_state.stores.base import BlobStore
+from mapper_state.stores.base import BlobStore, PreconditionFailed
 from mapper_state.testing.racing import race
+from mapper_state.testing.store_contract import write_state
 
 
 def expired_lease(store: BlobStore, state_id: str) -> Lease:
@@ -115,7 +116,7 @@ class LeaseContract:
     ) -> None:
         holder = Lease(store, "fenced", ttl=30)
         holder.acquire()
-        version = state.save(store, "fenced", {"bookmark": 1}, None)
+        version = write_state(store, "fenced", {"bookmark": 1}, None)
         break_lease(second_client, "fenced")
         with pytest.raises(LeaseLost):
             holder.confirm()
@@ -125,12 +126,12 @@ class LeaseContract:
     def test_state_write_is_conditional_on_the_version_seen(
         self, store: BlobStore, second_client: BlobStore
     ) -> None:
-        v1 = state.save(store, "cas", {"b": 1}, None)
-        state.save(second_client, "cas", {"b": "other writer"}, v1)
-        with pytest.raises(LeaseLost, match="changed by another writer"):
-            state.save(store, "cas", {"b": 2}, v1)
-        with pytest.raises(LeaseLost):
-            state.save(store, "cas", {"b": 3}, None)  # we saw none, someone created it
+        v1 = write_state(store, "cas", {"b": 1}, None)
+        write_state(second_client, "cas", {"b": "other writer"}, v1)
+        with pytest.raises(PreconditionFailed):
+            write_state(store, "cas", {"b": 2}, v1)
+        with pytest.raises(PreconditionFailed):
+            write_state(store, "cas", {"b": 3}, None)  # we saw none, someone created it
         assert state.load(store, "cas").value == {"b": "other writer"}
 
     def test_a_stalled_holder_cannot_renew_a_lease_created_after_its_own(
