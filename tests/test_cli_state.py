@@ -17,6 +17,7 @@ from mapper_state.stores.file import FileStore
 from tests.helpers import MAPPER, in_terminal
 from tests.helpers import clean_env as env
 from tests.support.cli import invoke_on_store as mapper
+from tests.support.cli import one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 TERMS = ops.WriteTerms(ttl=30, retry=1, wait=0, history_keep=20)
@@ -33,14 +34,6 @@ def stored(store: Path, state_id: str) -> Any:
     assert writer["serial"] >= 1
     assert writer["run_id"]  # every write's bytes are unique
     return doc
-
-
-def one_line_error(result: subprocess.CompletedProcess[bytes]) -> str:
-    err = result.stderr.decode()
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err, err
-    assert err.startswith("mapper-state: error: "), err
-    return err
 
 
 def put(store: Path, state_id: str, value: object) -> None:
@@ -91,10 +84,10 @@ def test_meltano_shape_on_get_and_set(tmp_path: Path) -> None:
 
     wrong = mapper(tmp_path, "state", "set", "job", json.dumps({"singer_state": STATE}))
     assert wrong.returncode == 6
-    assert "add --meltano" in one_line_error(wrong)
+    assert "add --meltano" in one_line_error(wrong.stderr)
     bare = mapper(tmp_path, "state", "set", "job", "--meltano", json.dumps(STATE))
     assert bare.returncode == 6
-    assert "singer_state" in one_line_error(bare)
+    assert "singer_state" in one_line_error(bare.stderr)
     assert stored(tmp_path, "job")["completed"]["singer_state"] == new["singer_state"]
 
 
@@ -112,7 +105,7 @@ def test_bad_input_leaves_the_state_untouched(tmp_path: Path, given: str, expect
     for command in ("set", "merge"):
         result = mapper(tmp_path, "state", command, "job", "-", input=given.encode())
         assert result.returncode == 6
-        assert expected in one_line_error(result)
+        assert expected in one_line_error(result.stderr)
     assert (tmp_path / "job" / "state.json").read_bytes() == before
 
 
@@ -126,7 +119,7 @@ def test_a_file_name_instead_of_json_gets_a_hint(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 6
-    assert "give - and `< state.json`" in one_line_error(result)
+    assert "give - and `< state.json`" in one_line_error(result.stderr)
 
 
 def test_unknown_state_id_is_not_found(tmp_path: Path) -> None:
@@ -141,7 +134,7 @@ def test_unknown_state_id_is_not_found(tmp_path: Path) -> None:
     ):
         result = mapper(tmp_path, "state", *args)
         assert result.returncode == 10, (args, result.stderr)
-        assert "missing not found" in one_line_error(result)
+        assert "missing not found" in one_line_error(result.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".mapper-state", "other"]
     assert [p.name for p in (tmp_path / ".mapper-state" / "history").iterdir()] == ["other"]
 
@@ -150,7 +143,7 @@ def test_unknown_state_id_is_not_found(tmp_path: Path) -> None:
 def test_invalid_and_reserved_state_ids_are_refused(tmp_path: Path, bad: str) -> None:
     result = mapper(tmp_path, "state", "set", bad, "{}")
     assert result.returncode == 2
-    one_line_error(result)
+    one_line_error(result.stderr)
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
 
 
@@ -229,7 +222,7 @@ def test_writes_fail_while_a_run_holds_the_lease(tmp_path: Path, args: tuple[str
     finally:
         holder.release()
     assert result.returncode == 3
-    err = one_line_error(result)
+    err = one_line_error(result.stderr)
     assert "job" in err
     assert "nightly-run-42" in err
     assert f"pid {os.getpid()}" in err
@@ -280,7 +273,7 @@ def test_clear_with_history_asks_first_and_removes_everything(tmp_path: Path) ->
     put(tmp_path, "job", STATE)
     refused = mapper(tmp_path, "state", "clear", "job", "--history")
     assert refused.returncode == 2
-    assert "--yes" in one_line_error(refused)
+    assert "--yes" in one_line_error(refused.stderr)
     assert stored(tmp_path, "job") is not None
     done = mapper(tmp_path, "state", "clear", "job", "--history", "--yes")
     assert done.returncode == 0, done.stderr
@@ -293,7 +286,7 @@ def test_clear_all_needs_confirmation(tmp_path: Path) -> None:
         put(tmp_path, state_id, STATE)
     refused = mapper(tmp_path, "state", "clear", "--all")
     assert refused.returncode == 2
-    assert "not a terminal" in one_line_error(refused)
+    assert "not a terminal" in one_line_error(refused.stderr)
     said_no = in_terminal(tmp_path, "state", "clear", "--all", answer=b"n\n")
     assert said_no.returncode == 2
     assert b"Clear 3 states" in said_no.stderr
@@ -322,7 +315,7 @@ def test_copy_and_move(tmp_path: Path) -> None:
 
     onto = mapper(tmp_path, "state", "copy", "a", "b")
     assert onto.returncode == 6
-    assert "--force" in one_line_error(onto)
+    assert "--force" in one_line_error(onto.stderr)
     assert stored(tmp_path, "b")["completed"]["singer_state"] == {"bookmarks": {}}
 
     moved = mapper(tmp_path, "state", "move", "c", "d")
@@ -332,7 +325,7 @@ def test_copy_and_move(tmp_path: Path) -> None:
 
     refused = mapper(tmp_path, "state", "move", "d", "b")
     assert refused.returncode == 6
-    assert "b exists already" in one_line_error(refused)
+    assert "b exists already" in one_line_error(refused.stderr)
     assert stored(tmp_path, "d") is not None
     assert stored(tmp_path, "b")["completed"]["singer_state"] == {"bookmarks": {}}
 
@@ -344,7 +337,7 @@ def test_copy_and_move(tmp_path: Path) -> None:
 
     same = mapper(tmp_path, "state", "move", "a", "a")
     assert same.returncode == 6
-    assert "same state ID" in one_line_error(same)
+    assert "same state ID" in one_line_error(same.stderr)
 
 
 # -- export and import ---------------------------------------------------------------
@@ -367,7 +360,7 @@ def test_export_then_import_into_another_store(tmp_path: Path) -> None:
 
     again = mapper(new, "state", "import", input=exported.stdout)
     assert again.returncode == 6
-    assert "3 of these states exist already" in one_line_error(again)
+    assert "3 of these states exist already" in one_line_error(again.stderr)
     (tmp_path / "backup.jsonl").write_bytes(exported.stdout)
     put(new, "dev:a", {"bookmarks": {}})
     restored = mapper(new, "state", "import", str(tmp_path / "backup.jsonl"), "--force")
@@ -390,7 +383,7 @@ def test_export_then_import_into_another_store(tmp_path: Path) -> None:
 def test_import_checks_every_line_before_writing(tmp_path: Path, text: str, message: str) -> None:
     result = mapper(tmp_path, "state", "import", input=text.encode())
     assert result.returncode == 6
-    assert message in one_line_error(result)
+    assert message in one_line_error(result.stderr)
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
 
 

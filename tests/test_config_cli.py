@@ -7,21 +7,18 @@ checked through a real process too: the exit code and the one line a shell sees.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import clean_env, run_cli, state_line, stored_state
-from tests.support.cli import invoke, invoke_filter
+from tests.support.cli import invoke, invoke_filter, one_line_error
 
 
-def assert_one_line_error(result, code: int, *needles: str) -> None:  # type: ignore[no-untyped-def]
-    err = result.stderr.decode()
-    assert result.returncode == code, err
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in err, err
+def assert_refused(result: subprocess.CompletedProcess[bytes], code: int, *needles: str) -> None:
+    assert result.returncode == code, result.stderr
+    one_line_error(result.stderr, *needles)
 
 
 @pytest.mark.parametrize(
@@ -41,14 +38,14 @@ def test_bad_state_ids_are_refused_before_anything_is_written(
     tmp_path: Path, state_id: str, needle: str
 ) -> None:
     result = invoke_filter("--state-id", state_id, cwd=tmp_path, input=state_line({"a": 1}))
-    assert_one_line_error(result, 2, needle)
+    assert_refused(result, 2, needle)
     assert result.stdout == b""
     assert not (tmp_path / ".mapper-state").exists()
 
 
 def test_missing_state_id(tmp_path: Path) -> None:
     result = run_cli(cwd=tmp_path, input=b"")
-    assert_one_line_error(result, 2, "state_id is required")
+    assert_refused(result, 2, "state_id is required")
 
 
 def test_meltano_style_ids_are_valid(tmp_path: Path) -> None:
@@ -63,26 +60,26 @@ def test_bad_setting_values_name_the_setting(tmp_path: Path) -> None:
     result = invoke(
         "--state-id", "x", "--set", "state_backend.lock_timeout_seconds=soon", cwd=tmp_path
     )
-    assert_one_line_error(result, 2, "state_backend.lock_timeout_seconds", "number")
+    assert_refused(result, 2, "state_backend.lock_timeout_seconds", "number")
     env = clean_env(MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS="-1")
     result = invoke("--state-id", "x", cwd=tmp_path, env=env)
-    assert_one_line_error(
+    assert_refused(
         result, 2, "checkpoint_interval_seconds", "MAPPER_STATE_CHECKPOINT_INTERVAL_SECONDS"
     )
     result = invoke("--state-id", "x", "--set", "no_such_setting=1", cwd=tmp_path)
-    assert_one_line_error(result, 2, "unknown setting no_such_setting")
+    assert_refused(result, 2, "unknown setting no_such_setting")
 
 
 def test_unreadable_and_invalid_config_files(tmp_path: Path) -> None:
-    assert_one_line_error(
+    assert_refused(
         invoke("--config", "missing.json", cwd=tmp_path), 2, "missing.json", "does not exist"
     )
     (tmp_path / "bad.json").write_text("{nope")
-    assert_one_line_error(invoke("--config", "bad.json", cwd=tmp_path), 2, "not valid JSON")
+    assert_refused(invoke("--config", "bad.json", cwd=tmp_path), 2, "not valid JSON")
     (tmp_path / "list.json").write_text("[1]")
-    assert_one_line_error(invoke("--config", "list.json", cwd=tmp_path), 2, "JSON object")
+    assert_refused(invoke("--config", "list.json", cwd=tmp_path), 2, "JSON object")
     (tmp_path / "typo.json").write_text('{"state_backend": {"urii": "file:///x"}}')
-    assert_one_line_error(invoke("--config", "typo.json", cwd=tmp_path), 2, "state_backend.urii")
+    assert_refused(invoke("--config", "typo.json", cwd=tmp_path), 2, "state_backend.urii")
     assert not (tmp_path / ".mapper-state").exists()
 
 
@@ -105,7 +102,7 @@ def test_relative_file_uris_and_bare_paths(tmp_path: Path) -> None:
 
 def test_unknown_uri_scheme(tmp_path: Path) -> None:
     result = run_cli("--state-id", "x", "--state-backend-uri", "ftp://host/dir", cwd=tmp_path)
-    assert_one_line_error(result, 2, "unknown scheme ftp://")
+    assert_refused(result, 2, "unknown scheme ftp://")
 
 
 def test_precedence_flags_over_files_over_env_over_meltano(tmp_path: Path) -> None:
@@ -177,7 +174,7 @@ def test_a_time_too_long_for_the_clock_is_refused_in_one_line(tmp_path: Path, na
     env = clean_env(MAPPER_STATE_STATE_BACKEND__URI=f"file://{tmp_path / 'store'}")
     line = state_line({"a": 1})
     refused = invoke_filter("--state-id", "p", "--set", f"{name}=1e20", env=env, input=line)
-    assert_one_line_error(refused, 2, name, "must be at most 1e+09, not 1e+20")
+    assert_refused(refused, 2, name, "must be at most 1e+09, not 1e+20")
     assert refused.stdout == b""
     assert not (tmp_path / "store").exists()
     taken = invoke_filter("--state-id", "p", "--set", f"{name}=1e9", env=env, input=line)

@@ -131,12 +131,3 @@ def stored(store: BlobStore, state_id: str) -> Any:
     assert isinstance(doc, dict), doc
     assert "singer_state" in doc["completed"], doc
     return doc["completed"]["singer_state"]
-
-
-def one_line_error(stderr: bytes) -> str:
-    """The stderr of a failed command: one line, no traceback."""
-    text = stderr.decode(errors="replace")
-    assert "Traceback" not in text, text
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1, text
-    return lines[0]

@@ -27,6 +27,7 @@ from tests.chaos import cli
 from tests.chaos.conftest import BUDGET, STORES, file_location, location_for
 from tests.helpers import MAPPER, TINY_TAP, clean_env, tiny_target
 from tests.servers import StoreLocation
+from tests.support.cli import one_line_error
 
 BAD_IDS = [
     "../x",
@@ -109,7 +110,7 @@ def test_bad_state_ids_are_refused_on_every_store(
             )  # fmt: skip
             shown = f"{args[:3]!r} on {kind}"
             assert proc.returncode == 2, f"{shown}: exit {proc.returncode}: {proc.stderr!r}"
-            line = cli.one_line_error(proc.stderr)
+            line = one_line_error(proc.stderr)
             assert "state ID" in line or "state_id" in line, f"{shown}: {line}"
             assert proc.stdout == b"", f"{shown}: passed data on without a valid ID"
     assert sorted(direct.list()) == before, "a refused state ID still wrote to the store"

@@ -20,6 +20,7 @@ import pytest
 from tests.chaos import cli
 from tests.chaos.conftest import EXIT_MARGIN
 from tests.helpers import clean_env
+from tests.support.cli import one_line_error
 
 pytestmark = pytest.mark.cloud
 
@@ -79,7 +80,7 @@ def test_a_stalled_body_is_a_store_error_within_the_deadline(
     proc = cli.run(None, "state", "get", "x", "--lock-timeout-seconds", "6", env=env, timeout=60)  # type: ignore[arg-type]
     ended = time.time()
     assert proc.returncode == 5, proc.stderr.decode(errors="replace")
-    cli.one_line_error(proc.stderr)
+    one_line_error(proc.stderr)
     assert stalling_s3.arrivals, "no request reached the server"
     took = ended - stalling_s3.arrivals[0]
     assert took < 2 + EXIT_MARGIN, (

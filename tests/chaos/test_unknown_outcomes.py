@@ -24,6 +24,7 @@ from tests.chaos.conftest import BUDGET, CLOUD, ONE_STORE
 from tests.chaos.test_wire_faults import lease_writes
 from tests.helpers import state_line, wait_until
 from tests.servers import StoreLocation
+from tests.support.cli import one_line_error
 
 pytestmark = pytest.mark.cloud
 
@@ -114,7 +115,7 @@ def test_a_takeover_whose_answer_is_lost_leaves_the_run_the_holder_and_frees_it_
     if cloud_location.emulator.name == "ceph-rgw" and code == 5:
         # RGW refuses the quoted ETag S3 gave (the store learns that from a refusal it
         # never saw here): the takeover did not land, the check found so, nothing is held
-        cli.one_line_error(err.encode())
+        one_line_error(err.encode())
         record = cli.lease_record(direct, state_id)
         assert record is not None
         assert record["run_id"] == "vanished", record
@@ -141,7 +142,7 @@ def test_a_store_that_cannot_be_reached_even_to_check_is_named_with_the_lease_ex
         input=state_line({"never": "stored"}), timeout=60,
     )  # fmt: skip
     assert proc.returncode == 5, proc.stderr
-    line = cli.one_line_error(proc.stderr)
+    line = one_line_error(proc.stderr)
     record = cli.lease_record(s3_location.open(), state_id)
     assert record is not None, "the create never landed"
     assert f"may be held by this run ({record['run_id']})" in line, line

@@ -18,6 +18,7 @@ import pytest
 from mapper_state.errors import ExitCode
 from tests.chaos import cli
 from tests.servers import StoreLocation
+from tests.support.cli import one_line_error
 
 pytestmark = pytest.mark.cloud
 
@@ -60,7 +61,7 @@ def test_on_s3rver_every_racer_refuses_and_names_doctor(s3rver_location: StoreLo
     codes = [code for code, _ in results]
     assert ExitCode.OK not in codes, results
     for code, err in results:
-        line = cli.one_line_error(err.encode())
+        line = one_line_error(err.encode())
         if code == ExitCode.STORE:  # s3rver itself failed a racing write (its files clash)
             continue
         assert code == ExitCode.UNSAFE_STORE, results

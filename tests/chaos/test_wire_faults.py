@@ -26,6 +26,7 @@ from tests.chaos.conftest import CLOUD, EXIT_MARGIN, ChaosBudget, record_figures
 from tests.e2e.conftest import children_of, is_gone
 from tests.helpers import TINY_TAP, state_line, tiny_target, wait_until
 from tests.servers import StoreLocation
+from tests.support.cli import one_line_error
 
 pytestmark = pytest.mark.cloud
 
@@ -173,7 +174,7 @@ def test_state_get_gives_up_on_a_black_hole_within_a_third_of_the_ttl(
         pytest.fail("state get was still waiting on a black hole after 20 s (deadline 3 s)")
     ended = time.time()
     assert proc.returncode == 5, proc.stderr
-    cli.one_line_error(proc.stderr)
+    one_line_error(proc.stderr)
     held = [r["time"] for r in proxy.requests() if r["fault"] == "blackhole"]
     assert held, "no request of state get reached the proxy"
     took = ended - min(held)
@@ -205,7 +206,7 @@ def test_a_hung_state_write_under_a_lease_is_cut_at_a_third_of_the_ttl(
         assert last["pid"] == setter.pid
         code, err = stopped_before_expiry(setter, last)  # not cut at TTL/3: fails here
     assert code == 5, err
-    cli.one_line_error(err.encode())
+    one_line_error(err.encode())
     assert cli.stored(direct, state_id) is None
 
 

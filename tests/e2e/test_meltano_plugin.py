@@ -166,13 +166,13 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     assert first.returncode == 0, first.stderr
     assert delivered(project.output) == list(range(1, 11))
     assert "leaving state.json to Meltano (lock_only)" in first.stderr
-    wait_until_free(venv, project)
+    wait_until_the_plugin_lets_go(venv, project)
 
     add_rows(data, 3)
     second = project.meltano("run", *PIPELINE)
     assert second.returncode == 0, second.stderr
     assert delivered(project.output) == [*range(1, 11), 11, 12, 13]  # only the new rows
-    wait_until_free(venv, project)
+    wait_until_the_plugin_lets_go(venv, project)
 
     state = project.meltano("--log-level=warning", "state", "get", STATE_ID)
     assert state.returncode == 0, state.stderr
@@ -189,7 +189,7 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     assert json.loads(got.stdout) == bookmark(data, 13)
 
 
-def wait_until_free(venv: Path, project: Project) -> None:
+def wait_until_the_plugin_lets_go(venv: Path, project: Project) -> None:
     """The lease goes within moments of ``meltano run`` returning."""
     lease.wait_until_free(
         STATE_ID, _plugin_env(project), mapper_state=venv / "bin" / "mapper-state", timeout=15

@@ -164,3 +164,15 @@ def _run_main(
         sys.stderr.flush()
         sys.stdin, sys.stdout, sys.stderr = saved
     return code
+
+
+def one_line_error(stderr: bytes | str, *needles: str) -> str:
+    """The line a refused command printed: one line, no traceback, holding each of ``needles``."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+    assert "Traceback" not in text, text
+    assert text.count("\n") == 1, text
+    assert text.endswith("\n"), text
+    assert text.startswith("mapper-state: error: "), text
+    for needle in needles:
+        assert needle in text, text
+    return text.rstrip("\n")
