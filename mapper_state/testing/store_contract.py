@@ -45,20 +45,15 @@ def data_of(store: BlobStore, key: str) -> bytes | None:
 
 
 def write_state(
-    store: BlobStore,
-    state_id: str,
-    value: Any,
-    if_version: str | None,
-    *,
-    serial: int = 1,
-    run_id: str = "",
+    store: BlobStore, state_id: str, value: Any, if_version: str | None, **writer: Any
 ) -> str:
-    """Write a state document as a run does, straight to the store's conditional calls.
+    """Write a state document as a run does (``writer``: its ``serial`` and ``run_id``),
+    straight to the store's conditional calls.
 
     The contract checks the store, not the commit path: ``if_version`` ``None`` creates,
     anything else replaces that version; a refusal is the store's ``PreconditionFailed``.
     """
-    data = state.encode_document(value, serial=serial, run_id=run_id)
+    data = state.encode_document(value, **writer)
     key = state.state_key(state_id)
     if if_version is None:
         return store.create(key, data)
