@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from typing import Any
 
+import boto3
 import pytest
 
 from mapper_state.core.lease import read_lease
+from mapper_state.stores.base import Blob
+from mapper_state.stores.s3.store import S3Store
 from tests.contract.location_contract import OnEmulator
 from tests.helpers import MAPPER, clean_env, run_cli, spawn_cli
 from tests.servers import StoreLocation
@@ -27,6 +31,38 @@ class TestRgwStore(OnEmulator):
     @pytest.fixture
     def location(self, rgw_location: StoreLocation) -> StoreLocation:
         return rgw_location
+
+
+def test_a_replace_refused_while_another_thread_learned_unquoted_etags_still_lands(
+    rgw_location: StoreLocation,
+) -> None:
+    # The heartbeat and the run share one store object. A replace sent with the quoted
+    # ETag is refused by RGW; if, while that refusal is on the wire, the other thread has
+    # learned that RGW wants bare ETags, the refusal is still a quoting one, not a
+    # conflict: the write must land. botocore's own event hook plays the other thread,
+    # at the one moment the two threads' interleaving leaves open.
+    options = rgw_location.options
+    client = boto3.client(
+        "s3",
+        endpoint_url=options["endpoint_url"],
+        aws_access_key_id=options["aws_access_key_id"],
+        aws_secret_access_key=options["aws_secret_access_key"],
+        region_name=options["region"],
+    )
+    store = S3Store(
+        client, rgw_location.bucket, rgw_location.prefix, endpoint=options["endpoint_url"]
+    )
+    version = store.create("k/state.json", b"0")
+
+    def the_other_thread_learns(http_response: Any, **_: Any) -> None:
+        if http_response.status_code == 412:
+            store.traits.unquoted_etags = True
+
+    client.meta.events.register("after-call.s3.PutObject", the_other_thread_learns)
+    assert not store.traits.unquoted_etags
+    new = store.replace("k/state.json", b"1", if_version=version)
+    assert store.read("k/state.json") == Blob(b"1", new)
+    store.close()
 
 
 def test_doctor_passes_and_says_how_it_copes(rgw_location: StoreLocation) -> None:

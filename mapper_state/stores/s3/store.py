@@ -245,10 +245,13 @@ class S3Store(CloudStore):
         return version.strip('"') if self.traits.unquoted_etags else version
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
+        sent = self._if_match(if_version)
         try:
-            return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
+            return self._put("replace", key, data, {"IfMatch": sent})
         except base.PreconditionFailed:
-            if self.traits.unquoted_etags or self.endpoint_is_aws or not if_version.startswith('"'):
+            # judged on what this call sent, not on the shared trait: another thread (the
+            # heartbeat) may have learned unquoted ETags while this request was on the wire
+            if self.endpoint_is_aws or not sent.startswith('"'):
                 raise
             # Ceph RGW compares If-Match with its stored ETag, which has no quotes, and so
             # refuses the ETag exactly as S3 returned it. If the object is still at our
@@ -257,7 +260,7 @@ class S3Store(CloudStore):
             if current is None or current.version.strip('"') != if_version.strip('"'):
                 raise
             self.traits.unquoted_etags = True
-            return self._put("replace", key, data, {"IfMatch": self._if_match(if_version)})
+            return self._put("replace", key, data, {"IfMatch": if_version.strip('"')})
 
     def delete(self, key: str, if_version: str | None = None) -> None:
         full = self._key(key)
