@@ -283,18 +283,7 @@ def s3rver_server() -> Iterator[Emulator]:
 @pytest.fixture
 def s3rver_location(s3rver_server: Emulator) -> StoreLocation:
     """A fresh bucket on s3rver, with a prefix."""
-    import boto3
-
-    bucket = _unique("bucket")
-    o = s3rver_server.options
-    boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    ).create_bucket(Bucket=bucket)
-    return StoreLocation(s3rver_server, bucket, "pipelines/state")
+    return StoreLocation(s3rver_server, new_bucket(s3rver_server.options), "pipelines/state")
 
 
 # -- Azure: Azurite ----------------------------------------------------------------

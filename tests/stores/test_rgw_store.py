@@ -13,7 +13,6 @@ import subprocess
 import time
 from typing import Any
 
-import boto3
 import pytest
 
 from mapper_state.core.lease import read_lease
@@ -22,6 +21,7 @@ from mapper_state.stores.s3.store import S3Store
 from tests.contract.location_contract import OnEmulator
 from tests.helpers import MAPPER, clean_env, run_cli, spawn_cli
 from tests.servers import StoreLocation
+from tests.support.sdk import s3_client
 
 pytestmark = pytest.mark.cloud
 STATE = b'{"type": "STATE", "value": {"bookmarks": {"t": {"id": %d}}}}\n'
@@ -41,16 +41,9 @@ def test_a_replace_refused_while_another_thread_learned_unquoted_etags_still_lan
     # learned that RGW wants bare ETags, the refusal is still a quoting one, not a
     # conflict: the write must land. botocore's own event hook plays the other thread,
     # at the one moment the two threads' interleaving leaves open.
-    options = rgw_location.options
-    client = boto3.client(
-        "s3",
-        endpoint_url=options["endpoint_url"],
-        aws_access_key_id=options["aws_access_key_id"],
-        aws_secret_access_key=options["aws_secret_access_key"],
-        region_name=options["region"],
-    )
+    client = s3_client(rgw_location.options)
     store = S3Store(
-        client, rgw_location.bucket, rgw_location.prefix, endpoint=options["endpoint_url"]
+        client, rgw_location.bucket, rgw_location.prefix, endpoint=client.meta.endpoint_url
     )
     version = store.create("k/state.json", b"0")
 

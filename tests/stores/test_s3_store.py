@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-import boto3
 import pytest
 
 from mapper_state.errors import ConfigError
@@ -16,24 +14,14 @@ from mapper_state.stores.s3.store import from_uri
 from tests.contract.location_contract import OnEmulator, PrefixContract
 from tests.servers import Emulator, StoreLocation, free_port
 from tests.stores import wire_checks
+from tests.support.sdk import s3_client
 
 pytestmark = pytest.mark.cloud
 
 
-def raw_client(emulator: Emulator) -> Any:  # a boto3 S3 client
-    o = emulator.options
-    return boto3.client(
-        "s3",
-        endpoint_url=o["endpoint_url"],
-        region_name=o["region"],
-        aws_access_key_id=o["aws_access_key_id"],
-        aws_secret_access_key=o["aws_secret_access_key"],
-    )
-
-
 def bucket_keys(location: StoreLocation) -> list[str]:
     pages = (
-        raw_client(location.emulator)
+        s3_client(location.emulator.options)
         .get_paginator("list_objects_v2")
         .paginate(Bucket=location.bucket)
     )
@@ -41,7 +29,7 @@ def bucket_keys(location: StoreLocation) -> list[str]:
 
 
 def test_list_follows_pagination_past_1000_keys(s3_location: StoreLocation) -> None:
-    client = raw_client(s3_location.emulator)
+    client = s3_client(s3_location.options)
     keys = [f"id-{i:04d}/state.json" for i in range(1100)]
 
     def put(key: str) -> None:
@@ -56,7 +44,7 @@ def test_list_follows_pagination_past_1000_keys(s3_location: StoreLocation) -> N
 
 
 def test_server_side_encryption_is_sent_on_every_write(s3_location: StoreLocation) -> None:
-    client = raw_client(s3_location.emulator)
+    client = s3_client(s3_location.options)
     store = s3_location.open(server_side_encryption="AES256")
     version = store.create("id/state.json", b"1")
     head = client.head_object(Bucket=s3_location.bucket, Key=f"{s3_location.prefix}/id/state.json")
@@ -109,7 +97,7 @@ def test_missing_bucket_is_a_clear_error(s3_location: StoreLocation) -> None:
 
 def test_wrong_credentials_are_one_line_without_the_secret(moto_auth_server: Emulator) -> None:
     options = dict(moto_auth_server.options)
-    raw_client(moto_auth_server).create_bucket(Bucket="signed")
+    s3_client(moto_auth_server.options).create_bucket(Bucket="signed")
     good = open_store("s3://signed/p", {"s3": options})
     good.create("id/state.json", b"{}")  # the right key signs correctly
 
