@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from mapper_state import log
+from mapper_state import log, signals
 from mapper_state.core import inherited, state
 from mapper_state.core.lease import Lease, skew_allowance
 from mapper_state.errors import ConfigError, Interrupted, LeaseLost, MapperStateError
@@ -101,7 +101,7 @@ class Command:
         """Wait for the command; its exit status."""
         assert self.proc is not None
         try:
-            return status_of(self.proc.wait())
+            return status_of(signals.wait_process(self.proc))
         finally:
             self.ended.set()
 
@@ -121,7 +121,8 @@ def forwarding(command: Command) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP go to the command (or stop the wrapper before it starts)."""
     previous = {s: signal.signal(s, command.forward) for s in FORWARDED}
     try:
-        yield
+        with signals.waking():  # forwarded at once, even when it lands just before the wait
+            yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -290,7 +290,11 @@ def _supervise(children: Children, session: Session, progress: Progress) -> Outc
             with contextlib.suppress(BrokenPipeError):
                 children.target.stdin.close()
             children.tap.stdout.close()
-        outcome = Outcome(children.tap.wait(), children.target.wait(), target_closed)
+        outcome = Outcome(
+            signals.wait_process(children.tap),
+            signals.wait_process(children.target),
+            target_closed,
+        )
         reader.join()
     finally:
         progress.stop.set()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mapper_state import jsonio
+from mapper_state import jsonio, signals
 from mapper_state.errors import DownstreamClosed
 from mapper_state.fdio import write_all
 
@@ -251,7 +251,10 @@ def pump(
     view = memoryview(buffer)
     source = open(src_fd, "rb", buffering=0, closefd=False)  # noqa: SIM115
     readinto, feed = source.readinto, scanner.feed
+    wait = signals.readable_waiter(src_fd)  # a stop signal must not wait for the next input
     while True:
+        if wait is not None:
+            wait()
         n = readinto(buffer)
         if not n:
             break
