@@ -28,9 +28,9 @@ from mapper_state.core.lease import (
     Lease,
     LeaseRecord,
     LeaseTiming,
+    is_held_by,
     lost_to,
     read_lease,
-    skew_allowance,
 )
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import BlobStore
@@ -78,12 +78,7 @@ def held_here(
 def is_this_run(holder: LeaseRecord | None, run_id: str, now: float) -> bool:
     """Is ``holder`` the lease of run ``run_id``, held, and not within the skew allowance of
     its expiry (where the holder itself would call it lost)?"""
-    return (
-        holder is not None
-        and holder.held
-        and holder.run_id == run_id
-        and now < holder.expires_at - skew_allowance(holder.ttl_seconds)
-    )
+    return is_held_by(holder, run_id, now)
 
 
 class InheritedLease(Lease):

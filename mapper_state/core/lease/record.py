@@ -77,9 +77,22 @@ class LeaseRecord:
     expires_at: float
     ttl_seconds: float
     status: str = HELD
+    #: The token that names the run holding the lease, for every process of that run (an
+    #: ``exec``'s command, a Meltano run's mapper and keeper) to recognise it
+    #: (:func:`is_held_by`); empty in records written before it existed: the run ID then.
+    owner: str = ""
+    #: A broken lease (``lock break``): when it becomes free for another run although its
+    #: holder has not said it stopped (the moment by which the holder must have noticed).
+    #: ``None``: at once (a forced break, or a record written before it existed).
+    free_at: float | None = None
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(asdict(self))
+
+    @property
+    def owner_token(self) -> str:
+        """The token :func:`is_held_by` recognises the holder by (the run ID when unset)."""
+        return self.owner or self.run_id
 
     @classmethod
     def from_bytes(cls, data: bytes) -> LeaseRecord | None:
@@ -96,6 +109,8 @@ class LeaseRecord:
                 expires_at=float(raw["expires_at"]),
                 ttl_seconds=float(raw["ttl_seconds"]),
                 status=str(raw.get("status", HELD)),
+                owner=str(raw.get("owner") or ""),
+                free_at=None if raw.get("free_at") is None else float(raw["free_at"]),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return None
@@ -105,16 +120,47 @@ class LeaseRecord:
         return self.status == HELD
 
     def is_expired(self, now: float) -> bool:
-        """Free for another run: released, broken, or past its expiry and the skew allowance."""
+        """Free for another run: released; broken, once its holder must have noticed
+        (:attr:`free_at`); or past its expiry and the skew allowance."""
+        if self.status == BROKEN and self.free_at is not None:
+            return now > self.free_at + skew_allowance(self.ttl_seconds)
         return not self.held or now > self.expires_at + skew_allowance(self.ttl_seconds)
 
+    def free_from(self) -> float:
+        """When another run may take this lease over (by the clock of whoever reads it)."""
+        if self.status == BROKEN and self.free_at is not None:
+            return self.free_at + skew_allowance(self.ttl_seconds)
+        if not self.held:
+            return self.renewed_at
+        return self.expires_at + skew_allowance(self.ttl_seconds)
+
     def describe(self) -> str:
+        if self.status == BROKEN and self.free_at is not None:
+            return (
+                f"broken by an operator; run {self.run_id} on host {self.host} (pid {self.pid}) "
+                f"may run until it has stopped, at the latest {format_time(self.free_from())}"
+            )
         if not self.held:
             return f"{self.status} by run {self.run_id} on host {self.host} (pid {self.pid})"
         return (
             f"held by run {self.run_id} on host {self.host} (pid {self.pid}) "
             f"since {format_time(self.acquired_at)}, expires {format_time(self.expires_at)}"
         )
+
+
+def is_held_by(record: LeaseRecord | None, owner: str, now: float | None = None) -> bool:
+    """The one rule for "is this lease still this run's?", for every process of a run.
+
+    ``record`` is the lease as read from the store; ``owner`` the token of the run asking
+    (:attr:`LeaseRecord.owner_token`, which an enclosing run passes to the processes it
+    starts). The record must name that owner and be held. With ``now`` (the asker's
+    clock), it must also not be within the skew allowance of its expiry, where the holder
+    itself would call it lost: the check made before a state write. Without ``now``: the
+    check of a write whose answer was lost (did *our* record land?).
+    """
+    if record is None or not record.held or record.owner_token != owner:
+        return False
+    return now is None or now < record.expires_at - skew_allowance(record.ttl_seconds)
 
 
 def lost_to(holder: LeaseRecord | None, run_id: str) -> str:

@@ -62,20 +62,29 @@ class Releasing(Settling):
             self._lock.release()
 
 
-def break_lease(store: BlobStore, state_id: str) -> LeaseRecord | None:
-    """Forcibly free a lease (``lock break``); return the record that was there.
+def break_lease(
+    store: BlobStore, state_id: str, *, force: bool = False, now: float | None = None
+) -> LeaseRecord | None:
+    """Break a lease (``lock break``); return the record that was there.
 
     The lease becomes a *broken* record by compare-and-swap rather than being deleted,
     so that it is safe on stores that ignore delete conditions, and so that the next
-    holder knows the broken one may still be writing (and fences it out).
+    holder knows the broken one may still be writing (and fences it out). A held lease's
+    holder may still be passing data and writing, so the broken record is free for
+    another run only once that holder says it stopped (it rewrites the record as
+    released) or once its renewal deadline has passed (:attr:`LeaseRecord.free_at`, the
+    expiry it had: by then it must have noticed), whichever comes first. ``force`` frees
+    it at once, for a holder known to be dead.
     """
     for _ in range(5):
         holder, blob = read_lease(store, state_id)
         if blob is None:
             return None
-        now = time.time()
-        base = holder or LeaseRecord("unknown", "unknown", 0, "", now, now, now, 0.0)
-        broken = replace(base, status=BROKEN, renewed_at=now, expires_at=now)
+        at = time.time() if now is None else now
+        base = holder or LeaseRecord("unknown", "unknown", 0, "", at, at, at, 0.0)
+        live = holder is not None and holder.held and not holder.is_expired(at)
+        free_at = None if force or not live else base.expires_at
+        broken = replace(base, status=BROKEN, renewed_at=at, free_at=free_at)
         try:
             store.replace(lease_key(state_id), broken.to_bytes(), blob.version)
             return holder
