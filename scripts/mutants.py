@@ -69,7 +69,7 @@ MUTANTS = (
     Mutant(
         "a writer inside exec: the enclosing run's lease not confirmed (InheritedLease.confirm)",
         "mapper_state/core/inherited.py",
-        "        holder, _ = read_lease(self.store, self.state_id)\n        if is_this_run(holder, self.run_id, self.clock()):\n            return",
+        "        holder, _ = read_lease(self.store, self.state_id)\n        if is_held_by(holder, self.owner, self.clock()):\n            return",
         "        return",
         (f"{FENCING}::test_a_write_inside_exec_after_its_lease_was_broken_writes_nothing",),
     ),
@@ -127,23 +127,23 @@ MUTANTS = (
     ),
     Mutant(
         "_prove_exclusive returns at once",
-        "mapper_state/core/lease/acquire.py",
-        "        if not self.store.traits.proves_create_condition or self.record is None:\n            return",
-        "        return",
+        "mapper_state/core/lease/protocol.py",
+        "    if not store.traits.proves_create_condition:\n        return claim",
+        "    return claim",
         ("tests/chaos/test_unsafe_stores.py::test_on_s3rver_every_racer_refuses_and_names_doctor",),
     ),
     Mutant(
         "a create or takeover whose answer was lost: the lease that landed is not adopted",
-        "mapper_state/core/lease/settle.py",
-        "            if blob is None or found is None or not self._ours(found):\n                raise exc\n            log.info(",
-        "            raise exc\n            log.info(",
+        "mapper_state/core/lease/protocol.py",
+        "    if blob is None or found is None or not is_held_by(found, me.owner):\n        raise exc\n    log.info(",
+        "    raise exc\n    log.info(",
         (
             "tests/chaos/test_unknown_outcomes.py::test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder[s3]",
         ),
     ),
     Mutant(
         "the heartbeat swallows a lost lease (on_lost never called)",
-        "mapper_state/core/lease/hold.py",
+        "mapper_state/core/lease/driver.py",
         "        if on_lost:\n            on_lost(self.lost)",
         "        pass",
         (
@@ -152,9 +152,9 @@ MUTANTS = (
     ),
     Mutant(
         "_release_if_ours releases without checking the record is ours",
-        "mapper_state/core/lease/settle.py",
-        "                if blob is None or found is None or not self._ours(found):\n                    return",
-        "                if blob is None or found is None:\n                    return",
+        "mapper_state/core/lease/protocol.py",
+        "            if not is_held_by(found, claim.owner):\n                return",
+        "            if False:\n                return",
         (f"{FENCING}::test_a_holder_that_lost_its_lease_leaves_the_new_holders_alone",),
     ),
     Mutant(

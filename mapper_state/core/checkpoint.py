@@ -12,11 +12,10 @@ states it did not confirm must not be stored).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-from mapper_state import log, signals
+from mapper_state import log, runtime, signals
 from mapper_state.errors import LeaseLost, MapperStateError
 from mapper_state.stores.base import StoreError
 
@@ -36,7 +35,7 @@ class Checkpointer:
         #: Guards ``_pending`` and ``_stopping``: the pump's thread offers, the heartbeat takes.
         self._lock = threading.Lock()
         #: Clear while the heartbeat writes a checkpoint: ``finish`` waits for it to end.
-        self._idle = threading.Event()
+        self._idle = runtime.event()
         self._idle.set()
         self._pending: Any = _NOTHING
         self._stopping = False
@@ -66,7 +65,7 @@ class Checkpointer:
         """Seconds until the newest state is due to be written; ``None``: nothing to write."""
         if self._pending is _NOTHING or self._stopping or self.failure is not None:
             return None
-        return self._last_write + self.interval - time.monotonic()
+        return self._last_write + self.interval - runtime.monotonic()
 
     def run(self) -> None:
         """Write the newest state (in the heartbeat's thread); :class:`LeaseLost` if the
@@ -100,7 +99,7 @@ class Checkpointer:
                 raise
             self.fail(exc)  # the stream stops on it, as on a lost lease
         finally:
-            self._last_write = time.monotonic()
+            self._last_write = runtime.monotonic()
 
     # -- the end of the run ----------------------------------------------------------
     def _stop(self) -> None:

@@ -47,6 +47,10 @@ class HeldLease:
     run_id: str
     #: The store's ``display_uri`` (no secret in it).
     store: str
+    #: The owner token the lease record carries (empty: the run ID).
+    owner: str = ""
+    #: Who holds it, in the words of messages: ``mapper-state exec``, a Meltano run.
+    holder: str = "mapper-state exec"
 
 
 def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
@@ -54,7 +58,16 @@ def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
     raw = (os.environ if env is None else env).get(HELD_LEASE_VAR, "")
     try:
         items = json.loads(raw) if raw else []
-        return [HeldLease(str(i["state_id"]), str(i["run_id"]), str(i["store"])) for i in items]
+        return [
+            HeldLease(
+                str(i["state_id"]),
+                str(i["run_id"]),
+                str(i["store"]),
+                str(i.get("owner") or ""),
+                str(i.get("holder") or "mapper-state exec"),
+            )
+            for i in items
+        ]
     except (ValueError, TypeError, KeyError):
         return []
 
@@ -75,33 +88,55 @@ def held_here(
     return next((h for h in held_leases(env) if h.state_id == state_id and h.store == where), None)
 
 
-def is_this_run(holder: LeaseRecord | None, run_id: str, now: float) -> bool:
-    """Is ``holder`` the lease of run ``run_id``, held, and not within the skew allowance of
-    its expiry (where the holder itself would call it lost)?"""
-    return is_held_by(holder, run_id, now)
-
-
-class InheritedLease(Lease):
+class InheritedLease:
     """The enclosing run's lease, used by a process inside it: confirmed, never renewed here.
 
-    It keeps :class:`Lease`'s surface (``acquire``, ``confirm``, heartbeat, ``release``,
+    It has :class:`Lease`'s surface (``acquire``, ``confirm``, heartbeat, ``release``,
     ``run_id``, ``command``) so that every caller uses it as it uses its own lease;
-    ``record`` stays ``None``, so nothing hands it over or rewrites it.
+    ``record`` is ``None``, so nothing hands it over or rewrites it. Its heartbeat, when a
+    run has checkpoints, is a :class:`Lease` holding nothing, which only does the chore.
     """
+
+    record: LeaseRecord | None = None
+    version: str | None = None
+    took_over: LeaseRecord | None = None
+    lost: LeaseLost | None = None
+
+    def __init__(self, store: BlobStore, state_id: str, held: HeldLease, **kwargs: Any) -> None:
+        self.store = store
+        self.state_id = state_id
+        self.held = held
+        self._chores = Lease(store, state_id, run_id=held.run_id, **kwargs)
+        self.run_id = held.run_id
+        self.owner = held.owner or held.run_id
+        self.command = self._chores.command
+        self.clock = self._chores.clock
+        self.retry = self._chores.retry
+        self.ttl = self._chores.ttl
+        self.wait = self._chores.wait
+
+    @classmethod
+    def for_settings(
+        cls, store: BlobStore, state_id: str, held: HeldLease, settings: LeaseTiming, **kwargs: Any
+    ) -> InheritedLease:
+        kwargs.setdefault("secrets", settings.secrets())
+        return cls(store, state_id, held, ttl=settings.lock_timeout, **kwargs)
 
     def confirm(self) -> None:
         """Fencing: :class:`LeaseLost` unless the lease is still the enclosing run's."""
         holder, _ = read_lease(self.store, self.state_id)
-        if is_this_run(holder, self.run_id, self.clock()):
+        if is_held_by(holder, self.owner, self.clock()):
             return
-        ours = holder is not None and holder.held and holder.run_id == self.run_id
+        ours = is_held_by(holder, self.owner)
         now = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
         raise LeaseLost(
             f"the lease on {self.state_id} of the enclosing run {self.run_id} "
-            f"(mapper-state exec) is {now}; not writing"
+            f"({self.held.holder}) is {now}; not writing"
         )
 
-    renew = confirm
+    def renew(self) -> None:
+        """The enclosing run renews the lease: here, only confirmed."""
+        self.confirm()
 
     def try_acquire(self) -> LeaseRecord | None:
         self.confirm()
@@ -115,10 +150,28 @@ class InheritedLease(Lease):
     ) -> None:
         """The enclosing run renews the lease: a heartbeat starts only to do ``chore``."""
         if chore is not None:
-            super().start_heartbeat(on_lost, chore)
+            self._chores.start_heartbeat(on_lost, chore)
+
+    def wake(self) -> None:
+        self._chores.wake()
+
+    def stop_heartbeat(self) -> None:
+        self._chores.stop_heartbeat()
 
     def release(self) -> None:
         """The enclosing run releases the lease."""
+        self.stop_heartbeat()
+
+    def __enter__(self) -> InheritedLease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+#: The lease a writer works under: its own, or the enclosing run's.
+AnyLease = Lease | InheritedLease
 
 
 def lease_for(
@@ -127,11 +180,10 @@ def lease_for(
     settings: LeaseTiming,
     env: Mapping[str, str] | None = None,
     **kwargs: Any,
-) -> Lease:
+) -> AnyLease:
     """The lease a writer of ``state_id`` works under: the enclosing run's if the environment
     names one on this state ID in this store, else a lease of its own (``Lease.for_settings``)."""
     held = held_here(store, state_id, env)
     if held is None:
         return Lease.for_settings(store, state_id, settings, **kwargs)
-    kwargs["run_id"] = held.run_id
-    return InheritedLease.for_settings(store, state_id, settings, **kwargs)
+    return InheritedLease.for_settings(store, state_id, held, settings, **kwargs)

@@ -11,14 +11,12 @@ fencing); the run's last state is kept in the history when it ends.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
-from mapper_state import log, signals
+from mapper_state import log, runtime, signals
 from mapper_state.core import bookmarks, commit, inherited, state
 from mapper_state.core.checkpoint import Checkpointer
-from mapper_state.core.lease import Lease
 from mapper_state.errors import ConfigError, LeaseLost
 from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store
@@ -44,7 +42,7 @@ class RunHooks:
     def check_prior(self, settings: Settings, prior: state.StateSnapshot, where: str) -> None:
         """Refuse the run (raise) when the prior state is not the one the tap was given."""
 
-    def hand_over(self, lease: Lease, settings: Settings) -> bool:
+    def hand_over(self, lease: inherited.AnyLease, settings: Settings) -> bool:
         """After a finished run: hand the lease to someone else? ``True`` if it was."""
         return False
 
@@ -107,11 +105,11 @@ class Session:
 
     def _acquire(self) -> None:
         """Take the lease, counting the time spent waiting for it (even when it fails)."""
-        started = time.monotonic()
+        started = runtime.monotonic()
         try:
             self.lease.acquire()
         finally:
-            self.lease_wait_seconds = time.monotonic() - started
+            self.lease_wait_seconds = runtime.monotonic() - started
 
     def _load_fenced(self) -> state.StateSnapshot:
         """The prior state; after taking over from a holder that may still be writing, fenced.
@@ -200,7 +198,7 @@ class Session:
         self.committed = outcome.stored.value
         self.guard.committed(outcome.stored.value)
         self.writes += 1
-        self.last_commit_at = time.time()
+        self.last_commit_at = runtime.now()
         if self.on_commit is not None:
             self.on_commit()
 

@@ -237,7 +237,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             self.settings = resolve_settings(kwargs)
             self.store: BlobStore = open_configured_store(self.settings)
         #: The leases this process holds, and the version of each state read under them.
-        self._leases: dict[str, Lease | RunLease] = {}
+        self._leases: dict[str, inherited.AnyLease | RunLease] = {}
         self._seen: dict[str, state.StateSnapshot] = {}
 
     @property
@@ -301,7 +301,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             with _errors_as_meltano():
                 lease.release()
 
-    def _wait_for(self, lease: Lease) -> LeaseRecord | None:
+    def _wait_for(self, lease: inherited.AnyLease) -> LeaseRecord | None:
         """Take the lease, waiting up to ``lock_wait_seconds`` for a busy one, polling every
         ``retry`` seconds; ``None`` once taken, or the holder's record if it is this run's.
 
@@ -331,7 +331,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             self._seen.pop(state_id, None)
 
     @contextlib.contextmanager
-    def _held(self, state_id: str) -> Iterator[Lease | RunLease]:
+    def _held(self, state_id: str) -> Iterator[inherited.AnyLease | RunLease]:
         """The lease on ``state_id``: the one held, else one taken for this write alone."""
         with self.acquire_lock(state_id, retry_seconds=self.settings.lock_retry):
             yield self._leases[state_id]
@@ -377,7 +377,12 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
             )
 
     def _write(
-        self, lease: Lease | RunLease, state_id: str, document: dict[str, Any], *, explicit: bool
+        self,
+        lease: inherited.AnyLease | RunLease,
+        state_id: str,
+        document: dict[str, Any],
+        *,
+        explicit: bool,
     ) -> None:
         """Write Meltano's ``document`` under ``lease`` through the commit path. An
         ``explicit`` write (a ``meltano state`` command) is written as given; a run's passes

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mapper_state import jsonio, log
+from mapper_state.core import inherited
 from mapper_state.core.lease import Lease
 from mapper_state.core.session import RunHooks
 from mapper_state.core.state import StateSnapshot
@@ -156,7 +157,9 @@ class MeltanoHooks(RunHooks):
                 "and leaving state.json to Meltano (lock_only)"
             )
 
-    def hand_over(self, lease: Lease, settings: Settings) -> bool:
+    def hand_over(self, lease: inherited.AnyLease, settings: Settings) -> bool:
+        if not isinstance(lease, Lease):
+            return False  # the enclosing run's: it releases it
         explicit = settings.lock_only
         meltanos = meltano_owns_state(settings) if explicit is None else bool(explicit)
         return keeper.hand_over_lease(lease, settings, snapshot=meltanos)

@@ -53,7 +53,6 @@ import click
 
 from mapper_state import log
 from mapper_state.core import inherited
-from mapper_state.core.lease import Lease
 from mapper_state.errors import LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.meltano import backend_schemes
 from mapper_state.stores import split_uri
@@ -179,7 +178,7 @@ class RunLeases:
     """The leases a Meltano process holds for its run, released when it exits."""
 
     manager: Any  #: the add-on's state store manager, whose store holds the leases
-    leases: list[Lease] = field(default_factory=list)
+    leases: list[inherited.AnyLease] = field(default_factory=list)
 
     def take(self, state_ids: list[str], wait: float) -> None:
         """Take each lease in order (every run takes them in the same order), or none."""

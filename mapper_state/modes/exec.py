@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 from mapper_state import log, signals
 from mapper_state.core import inherited, state
-from mapper_state.core.lease import Lease, skew_allowance
+from mapper_state.core.lease import skew_allowance
 from mapper_state.errors import ConfigError, Interrupted, LeaseLost, MapperStateError
 from mapper_state.redact import flag_secrets
 from mapper_state.settings import Settings
@@ -159,14 +159,14 @@ def run_exec(settings: Settings, argv: list[str]) -> int:
     return code
 
 
-def _kill_at(lease: Lease) -> float:
+def _kill_at(lease: inherited.AnyLease) -> float:
     """When a command stopped for a lost lease must be gone: before the lease's expiry as
     others see it, by half the skew allowance."""
     expires = lease.record.expires_at if lease.record else time.time()
     return expires - skew_allowance(lease.ttl) / 2
 
 
-def _release(lease: Lease) -> None:
+def _release(lease: inherited.AnyLease) -> None:
     try:
         lease.release()
     except StoreError as exc:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mapper_state.core import commit, history, inherited, state
-from mapper_state.core.lease import Lease, read_lease
+from mapper_state.core.lease import read_lease
 from mapper_state.core.state import StateSnapshot
 from mapper_state.errors import BadInput, LeaseBusy, MapperStateError, StateNotFound
 from mapper_state.ops.fetch import fetch_all
@@ -67,7 +67,7 @@ class WriteTerms:
     def lock_wait(self) -> float:
         return self.wait
 
-    def lease(self, store: BlobStore, state_id: str) -> Lease:
+    def lease(self, store: BlobStore, state_id: str) -> inherited.AnyLease:
         return inherited.lease_for(store, state_id, self)  # an enclosing exec's, or ours
 
 
@@ -78,7 +78,7 @@ def _options(terms: WriteTerms, note: str = "", *, keep_prior: bool = True) -> c
 
 def _commit(
     store: BlobStore,
-    lease: Lease,
+    lease: inherited.AnyLease,
     snapshot: StateSnapshot,
     value: Any,
     terms: WriteTerms,
@@ -89,7 +89,7 @@ def _commit(
 
 def _remove(
     store: BlobStore,
-    lease: Lease,
+    lease: inherited.AnyLease,
     snapshot: StateSnapshot,
     terms: WriteTerms,
     *,
@@ -216,7 +216,10 @@ def move_state(store: BlobStore, src: str, dst: str, terms: WriteTerms, *, force
     if src == dst:
         raise BadInput("the source and destination are the same state ID")
     with ExitStack() as stack:
-        leases = {i: stack.enter_context(terms.lease(store, i)) for i in sorted((src, dst))}
+        leases: dict[str, inherited.AnyLease] = {}
+        for i in sorted((src, dst)):
+            leases[i] = terms.lease(store, i)
+            stack.enter_context(leases[i])
         source = state.load(store, src)
         if not source.exists:
             raise not_found(store, src)

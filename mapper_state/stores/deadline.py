@@ -16,10 +16,10 @@ and no thread is needed to abandon a call that runs late: the call itself ends.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 
+from mapper_state import runtime
 from mapper_state.stores.base import StoreError
 
 _AT: ContextVar[float | None] = ContextVar("mapper_state_store_deadline", default=None)
@@ -33,7 +33,7 @@ class DeadlinePassed(StoreError):
 def within(seconds: float) -> Iterator[None]:
     """Every store call in the block ends within ``seconds`` from now (or the outer deadline,
     if that is sooner). ``seconds`` may be zero or less: the calls then fail at once."""
-    at = time.monotonic() + seconds
+    at = runtime.monotonic() + seconds
     outer = _AT.get()
     token = _AT.set(at if outer is None else min(at, outer))
     try:
@@ -48,11 +48,11 @@ def seconds_left(ceiling: float) -> float:
     at = _AT.get()
     if at is None:
         return ceiling
-    return min(ceiling, at - time.monotonic())
+    return min(ceiling, at - runtime.monotonic())
 
 
 def check(what: str) -> None:
     """Refuse to start ``what`` (``"replace s3://bucket/key"``) once the deadline has passed."""
     at = _AT.get()
-    if at is not None and time.monotonic() >= at:
+    if at is not None and runtime.monotonic() >= at:
         raise DeadlinePassed(f"{what}: not sent, its deadline had passed")

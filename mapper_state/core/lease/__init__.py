@@ -1,26 +1,26 @@
 """The lease: one holder per state ID for a whole run, on any store.
 
-The lease is an object beside ``state.json`` holding a :class:`LeaseRecord`. Each
-concern has its module, to be read top to bottom:
+The lease is an object beside ``state.json`` holding a :class:`LeaseRecord`. Three modules,
+each read top to bottom:
 
-- ``record.py``: the record, and what reads it (:func:`read_lease`, expiry, naming);
-- ``claim.py``: what a holder knows of its claim (record, version, lost or not);
-- ``acquire.py``: taking it, a create-if-absent or a compare-and-swap takeover;
-- ``hold.py``: holding it, renewals by compare-and-swap from a heartbeat thread, each
-  bound by a deadline before the lease expires; confirming is renewing (fencing); the
-  run's checkpoints are the heartbeat's chore between renewals;
-- ``settle.py``: a write whose answer was lost, settled by reading the lease back;
-- ``release.py``: giving it up, and ``lock break``.
+- ``record.py``: the record, what reads it (:func:`read_lease`, expiry, naming), and the
+  one rule for "is this lease this run's?" (:func:`is_held_by`);
+- ``claim.py``: the values the protocol passes: who asks (:class:`Applicant`) and the claim
+  a holder has (:class:`Claim`), both immutable;
+- ``protocol.py``: the steps, plain functions over those values: acquire (create-if-absent
+  or a compare-and-swap takeover), renew (compare-and-swap; confirming before a write is
+  renewing), settle a write whose answer was lost, release, and ``lock break``;
+- ``driver.py``: :class:`Lease`, the heartbeat's driver and the only mutable state of a
+  held lease: when to renew, to read, to do the run's checkpoints, and to give it up.
 
-:class:`Lease` puts the parts together; everything a caller needs is importable from here.
+Everything a caller needs is importable from here.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from mapper_state.core.lease.acquire import Acquiring
-from mapper_state.core.lease.hold import Chore, Holding
+from mapper_state.core.lease.claim import Applicant, Claim
+from mapper_state.core.lease.driver import Chore, Lease, OnLost
+from mapper_state.core.lease.protocol import break_lease, check_seconds, notice_seconds
 from mapper_state.core.lease.record import (
     BROKEN,
     HELD,
@@ -38,19 +38,19 @@ from mapper_state.core.lease.record import (
     releases_by_delete,
     skew_allowance,
 )
-from mapper_state.core.lease.release import Releasing, break_lease
-from mapper_state.core.lease.settle import check_seconds
-from mapper_state.stores.base import BlobStore
 
 __all__ = [
     "BROKEN",
     "HELD",
     "LEASE_FILE",
     "RELEASED",
+    "Applicant",
     "Chore",
+    "Claim",
     "Lease",
     "LeaseRecord",
     "LeaseTiming",
+    "OnLost",
     "break_lease",
     "check_seconds",
     "current_command",
@@ -59,33 +59,8 @@ __all__ = [
     "lease_key",
     "lost_to",
     "new_run_id",
+    "notice_seconds",
     "read_lease",
     "releases_by_delete",
     "skew_allowance",
 ]
-
-
-class Lease(Acquiring, Holding, Releasing):
-    """This process's claim on one state ID: ``with Lease(store, state_id, ttl=...):``."""
-
-    @classmethod
-    def for_settings(
-        cls, store: BlobStore, state_id: str, settings: LeaseTiming, **kwargs: Any
-    ) -> Lease:
-        """A lease with the TTL, poll interval and wait time the settings give."""
-        kwargs.setdefault("secrets", settings.secrets())
-        return cls(
-            store,
-            state_id,
-            ttl=settings.lock_timeout,
-            retry=settings.lock_retry,
-            wait=settings.lock_wait,
-            **kwargs,
-        )
-
-    def __enter__(self) -> Lease:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

@@ -1,72 +1,38 @@
-"""What a lease holder knows about its own claim, shared by every part of the lease.
+"""The values the lease protocol passes around: who asks for a lease, and the claim it holds.
 
-:class:`Claim` holds the state the other modules of this package read and write: the
-record this run last wrote and the version the store gave it, whether the lease is known
-to be lost, and the lock and heartbeat thread that keep renewals one at a time. Taking
-the lease (``acquire.py``), holding it (``hold.py``), settling an answer that was lost
-(``settle.py``) and giving it up (``release.py``) each add their methods on top.
+Both are immutable. :class:`Applicant` is a run asking for the lease on one state ID (its
+run ID, its owner token, its command line, its TTL); :class:`Claim` is what a holder
+knows of the lease it holds: the record it last wrote and the version the store gave
+that write. Each step of the protocol (:mod:`mapper_state.core.lease.protocol`) takes a
+claim and returns the next one, or raises; the heartbeat's driver
+(:mod:`mapper_state.core.lease.driver`) keeps the current one.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass
 
-from mapper_state.core.lease.record import (
-    RELEASED,
-    LeaseRecord,
-    current_command,
-    lease_key,
-    new_run_id,
-)
-from mapper_state.errors import LeaseLost
-from mapper_state.stores.base import BlobStore
+from mapper_state.core.lease.record import LeaseRecord, lease_key
 
 
-class Claim:
-    """This process's claim on one state ID: the store, the record it wrote, its version."""
+@dataclass(frozen=True)
+class Applicant:
+    """A run asking for the lease on ``state_id``."""
 
-    def __init__(
-        self,
-        store: BlobStore,
-        state_id: str,
-        *,
-        ttl: float,
-        retry: float = 1.0,
-        wait: float = 0.0,
-        run_id: str | None = None,
-        command: str | None = None,
-        secrets: Iterable[str] = (),
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.state_id = state_id
-        self.key = lease_key(state_id)
-        self.ttl = ttl
-        self.retry = retry
-        self.wait = wait
-        self.clock = clock
-        self.run_id = run_id or new_run_id()
-        self.command = current_command(secrets) if command is None else command
-        self.record: LeaseRecord | None = None
-        self.version: str | None = None
-        self.lost: LeaseLost | None = None
-        #: The holder whose expired or broken lease we took over: it may still be writing.
-        self.took_over: LeaseRecord | None = None
-        #: Held while a renewal or a release talks to the store: one at a time.
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        #: Set to wake the heartbeat before its pause ends (its chore has work, or stop).
-        self._wake = threading.Event()
-        self._heartbeat: threading.Thread | None = None
-        #: When the heartbeat renews next (our clock); each renewal, a confirmation too, moves it.
-        self._renew_at = 0.0
+    state_id: str
+    run_id: str
+    #: The token every process of this run recognises its lease by (``is_held_by``).
+    owner: str
+    command: str
+    ttl: float
 
-    def _fresh_record(self, now: float) -> LeaseRecord:
+    @property
+    def key(self) -> str:
+        return lease_key(self.state_id)
+
+    def fresh_record(self, now: float) -> LeaseRecord:
         """A new record of this run, acquired now and expiring a TTL from now."""
         return LeaseRecord(
             run_id=self.run_id,
@@ -77,26 +43,36 @@ class Claim:
             renewed_at=now,
             expires_at=now + self.ttl,
             ttl_seconds=self.ttl,
+            owner=self.owner if self.owner != self.run_id else "",
         )
 
-    def _ours(self, record: LeaseRecord | None) -> bool:
-        """Is ``record`` a held lease of this run? Only this process writes such records."""
-        return record is not None and record.held and record.run_id == self.run_id
 
-    def _release_by_swap(self, record: LeaseRecord, version: str) -> None:
-        """Replace our lease at ``version`` by a released record, which the next run takes over."""
-        now = self.clock()
-        released = replace(record, status=RELEASED, renewed_at=now, expires_at=now)
-        self.store.replace(self.key, released.to_bytes(), version)
+@dataclass(frozen=True)
+class Claim:
+    """The lease a run holds: the record it last wrote, at the version the store gave it."""
 
-    def release(self) -> None:
-        """Give the lease up (``release.py``); declared here for the parts that call it."""
-        raise NotImplementedError
+    applicant: Applicant
+    record: LeaseRecord
+    version: str
+    #: The holder whose expired or broken lease this run took over: it may still be writing.
+    took_over: LeaseRecord | None = None
 
-    def stop_heartbeat(self) -> None:
-        """Stop renewing, and wait for the heartbeat thread (its renewal, or its chore, ends by
-        its deadline)."""
-        self._stop.set()
-        self._wake.set()
-        if self._heartbeat and self._heartbeat is not threading.current_thread():
-            self._heartbeat.join()
+    @property
+    def state_id(self) -> str:
+        return self.applicant.state_id
+
+    @property
+    def key(self) -> str:
+        return self.applicant.key
+
+    @property
+    def owner(self) -> str:
+        return self.applicant.owner
+
+    @property
+    def ttl(self) -> float:
+        return self.applicant.ttl
+
+    def at(self, record: LeaseRecord, version: str) -> Claim:
+        """The same claim, now at ``record`` and ``version``."""
+        return Claim(self.applicant, record, version, self.took_over)
