@@ -69,6 +69,19 @@ class LeaseLost(MapperStateError):
     exit_code = ExitCode.LEASE_LOST
 
 
+class LeaseBroken(LeaseLost):
+    """An operator broke our lease (``lock break``): stop, and say so when releasing.
+
+    ``free_at``: the epoch second until which the broken lease is still ours to wind down
+    (no other run may take it before): a run may still write the state its target
+    confirmed until then. ``None``: a forced break, free at once.
+    """
+
+    def __init__(self, message: str, free_at: float | None) -> None:
+        super().__init__(message)
+        self.free_at = free_at
+
+
 class BadInput(MapperStateError):
     """Unusable data: a STATE message under ``--strict``, or an operator command's input."""
 

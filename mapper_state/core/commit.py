@@ -34,6 +34,7 @@ The rule for a failed history snapshot, the same for every writer:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from mapper_state.core import bookmarks, history, state
 from mapper_state.core.deletes import delete_held
 from mapper_state.core.state import StateSnapshot, Writer
 from mapper_state.errors import LeaseLost
+from mapper_state.stores import deadline
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
 
 #: What judges a run's write: ``(stored, new) -> Verdict`` (see :mod:`bookmarks`).
@@ -63,8 +65,10 @@ class HeldLease(Protocol):
     @property
     def command(self) -> str: ...
 
-    def confirm(self) -> None:
-        """Raise :class:`LeaseLost` unless the lease is still this writer's."""
+    def confirm(self) -> float | None:
+        """Raise :class:`LeaseLost` unless the lease is still this writer's; return the
+        seconds the write that follows must end within (the lease's expiry minus the skew
+        allowance, by this writer's clock), ``None`` for no bound."""
 
 
 @dataclass(frozen=True)
@@ -179,11 +183,17 @@ def commit(
     if document is not None and verdict.value is not value:
         completed = document.get("completed") or {}
         document = {**document, "completed": {**completed, "singer_state": verdict.value}}
-    lease.confirm()
-    written = _swap(store, prior, verdict.value, lease.run_id, document)
+    with _within(lease.confirm()):
+        written = _swap(store, prior, verdict.value, lease.run_id, document)
     if options.record:
         record_written(store, prior.state_id, verdict.value, lease, options)
     return Outcome(verdict, written, wrote=True)
+
+
+def _within(seconds: float | None) -> contextlib.AbstractContextManager[None]:
+    """The write after a confirmation ends while the lease it confirmed holds: every
+    writer's, whichever lease it writes under (its own, an enclosing run's)."""
+    return contextlib.nullcontext() if seconds is None else deadline.within(seconds)
 
 
 def _swap(
@@ -215,9 +225,9 @@ def remove(store: BlobStore, lease: HeldLease, prior: StateSnapshot, options: Op
     when ``options.keep_prior``, confirm the lease, delete it only at its version."""
     if options.keep_prior:
         snapshot_prior(store, prior, lease, options.history_keep)
-    lease.confirm()
     try:
-        delete_held(store, state.state_key(prior.state_id), prior.version)
+        with _within(lease.confirm()):
+            delete_held(store, state.state_key(prior.state_id), prior.version)
     except PreconditionFailed:
         raise LeaseLost(
             f"the state of {prior.state_id} was changed by another writer; not clearing it"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mapper_state import jsonio, log
+from mapper_state import jsonio, log, runtime
 from mapper_state.core.lease import current_command
 from mapper_state.errors import BadInput, StateNotFound
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError, listing
@@ -202,7 +202,7 @@ def _parse_time(text: str) -> datetime:
 
 def _next_time(names: list[str]) -> datetime:
     """Now, or just after the newest snapshot if clocks disagree, so names keep sorting by time."""
-    now = datetime.now(UTC)
+    now = datetime.fromtimestamp(runtime.now(), UTC)
     if names:
         newest = _parse_time(names[-1].split("-", 1)[0])
         if now <= newest:

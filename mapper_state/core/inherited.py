@@ -31,6 +31,7 @@ from mapper_state.core.lease import (
     is_held_by,
     lost_to,
     read_lease,
+    skew_allowance,
 )
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import BlobStore
@@ -122,11 +123,13 @@ class InheritedLease:
         kwargs.setdefault("secrets", settings.secrets())
         return cls(store, state_id, held, ttl=settings.lock_timeout, **kwargs)
 
-    def confirm(self) -> None:
-        """Fencing: :class:`LeaseLost` unless the lease is still the enclosing run's."""
+    def confirm(self) -> float:
+        """Fencing: :class:`LeaseLost` unless the lease is still the enclosing run's; the
+        seconds the write that follows must end within (its expiry minus the skew
+        allowance, which the enclosing run moves on as it renews)."""
         holder, _ = read_lease(self.store, self.state_id)
-        if is_held_by(holder, self.owner, self.clock()):
-            return
+        if holder is not None and is_held_by(holder, self.owner, self.clock()):
+            return holder.expires_at - skew_allowance(holder.ttl_seconds) - self.clock()
         ours = is_held_by(holder, self.owner)
         now = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
         raise LeaseLost(
@@ -154,6 +157,10 @@ class InheritedLease:
 
     def wake(self) -> None:
         self._chores.wake()
+
+    def lapsed(self) -> bool:
+        """The enclosing run renews the lease and knows when it lapses (it stops us then)."""
+        return False
 
     def stop_heartbeat(self) -> None:
         self._chores.stop_heartbeat()

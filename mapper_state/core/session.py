@@ -11,7 +11,7 @@ fencing); the run's last state is kept in the history when it ends.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mapper_state import log, runtime, signals
@@ -51,7 +51,11 @@ class Session:
     """Use as a context manager; commit with :meth:`offer`, end with :meth:`finish`."""
 
     def __init__(
-        self, settings: Settings, store: BlobStore | None = None, hooks: RunHooks | None = None
+        self,
+        settings: Settings,
+        store: BlobStore | None = None,
+        hooks: RunHooks | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.hooks = hooks or RunHooks()
@@ -61,7 +65,8 @@ class Session:
         #: A store the session opened is closed when it ends; one it was given is the giver's.
         self._owns_store = store is None
         self.store = store or open_configured_store(settings)
-        self.lease = inherited.lease_for(self.store, self.state_id, settings)  # exec's, or ours
+        # an enclosing run's (named in ``env``, default the environment), or ours
+        self.lease = inherited.lease_for(self.store, self.state_id, settings, env)
         self.lock_only = self.hooks.lock_only(settings)
         self.dry_run = settings.dry_run
         self.prior: state.StateSnapshot | None = None
@@ -177,8 +182,16 @@ class Session:
             log.warning(verdict.warning)
 
     def check(self) -> None:
+        """Raise what stops the stream (once per chunk): a failure the heartbeat found, or a
+        lease that ran out while this process was not running (stopped, frozen, paused)
+        before its heartbeat could say so."""
         assert self.checkpointer is not None
         self.checkpointer.check()
+        if self.lease.lapsed():
+            raise LeaseLost(
+                f"lost the lease on {self.state_id}: it ran out while this process was not "
+                "running (stopped or frozen); not passing more data"
+            )
 
     def _judge(self, stored: Any, new: Any) -> bookmarks.Verdict:
         verdict = self.guard.check(stored, new)

@@ -39,7 +39,7 @@ from mapper_state.core.lease.record import (
     read_lease,
     skew_allowance,
 )
-from mapper_state.errors import LeaseBusy, LeaseLost
+from mapper_state.errors import LeaseBroken, LeaseBusy, LeaseLost
 from mapper_state.stores import deadline
 from mapper_state.stores.base import BlobStore, StoreError
 
@@ -220,9 +220,40 @@ class Lease:
         finally:
             self._lock.release()
 
-    def confirm(self) -> None:
-        """Fencing, before every state write: confirming *is* renewing (``protocol.renew``)."""
+    def confirm(self) -> float:
+        """Fencing, before every state write: confirming *is* renewing (``protocol.renew``).
+        Returns the seconds the write that follows must end within: the renewed lease's
+        expiry minus the skew allowance.
+
+        A lease an operator broke stays this run's until its ``free_at`` (no other run may
+        take it before): while the run winds down (its tap stopped, its target confirming
+        what it loaded), a write is let through until the skew allowance before that.
+        """
+        lost = self.lost
+        if isinstance(lost, LeaseBroken) and lost.free_at is not None and self.winding_down():
+            return lost.free_at - skew_allowance(self.ttl) - self.clock()
         self.renew()
+        return self._renewal_deadline() - self.clock()
+
+    def lapsed(self) -> bool:
+        """Has the renewal deadline of the lease held here passed (by this run's clock)?
+        Cheap (no request): the pump asks once per chunk, so a process that was stopped or
+        frozen past its lease passes nothing on before its heartbeat has caught up."""
+        claim = self.claim
+        return (
+            claim is not None
+            and self.clock() >= self._renewal_deadline()
+            and not (self.winding_down())
+        )
+
+    def winding_down(self) -> bool:
+        """Is the lease broken by an operator, and still ours to finish writing under?"""
+        lost = self.lost
+        return (
+            isinstance(lost, LeaseBroken)
+            and lost.free_at is not None
+            and self.clock() < lost.free_at - skew_allowance(self.ttl)
+        )
 
     # -- the heartbeat -----------------------------------------------------------------
     def start_heartbeat(self, on_lost: OnLost | None = None, chore: Chore | None = None) -> None:

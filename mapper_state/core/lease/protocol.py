@@ -45,7 +45,7 @@ from mapper_state.core.lease.record import (
     releases_by_delete,
     skew_allowance,
 )
-from mapper_state.errors import ExitCode, LeaseBusy, LeaseLost, MapperStateError
+from mapper_state.errors import ExitCode, LeaseBroken, LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.stores import deadline
 from mapper_state.stores.base import (
     Blob,
@@ -180,8 +180,21 @@ def _refused(store: BlobStore, claim: Claim, record: LeaseRecord) -> Claim:
     """A renewal to ``record`` was refused: an earlier attempt of it landed (the claim at
     that version), or the lease is lost (:class:`LeaseLost`, naming who has it now)."""
     holder, blob = read_lease(store, claim.state_id)
-    if blob is not None and is_held_by(holder, claim.owner) and blob.data == record.to_bytes():
-        return claim.at(record, blob.version)  # an earlier attempt of this renewal landed
+    if blob is not None and holder is not None and is_held_by(holder, claim.owner):
+        if blob.data == record.to_bytes():
+            return claim.at(record, blob.version)  # an earlier attempt of this renewal landed
+        if holder.acquired_at == claim.record.acquired_at:
+            # an earlier renewal of ours landed unseen (its answer and its read-back were
+            # lost): still ours, at a version we did not know; renew on that one
+            try:
+                return claim.at(record, store.replace(claim.key, record.to_bytes(), blob.version))
+            except PreconditionFailed:
+                holder, _ = read_lease(store, claim.state_id)
+    if holder is not None and _broken_from(holder, claim):
+        raise LeaseBroken(
+            f"lost the lease on {claim.state_id}: now {lost_to(holder, claim.record.run_id)}",
+            holder.free_at,
+        )
     raise LeaseLost(
         f"lost the lease on {claim.state_id}: now {lost_to(holder, claim.record.run_id)}"
     )
