@@ -35,12 +35,11 @@ The rule for a failed history snapshot, the same for every writer:
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mapper_state import log
+from mapper_state import log, runtime
 from mapper_state.core import bookmarks, history, state
 from mapper_state.core.deletes import delete_held
 from mapper_state.core.state import StateSnapshot, Writer
@@ -203,12 +202,34 @@ def _swap(
     run_id: str,
     document: dict[str, Any] | None = None,
 ) -> StateSnapshot:
+    """Compare-and-swap ``prior`` to ``value``. A refusal is a lost lease, unless the state
+    now holds a later write of this very run (an attempt whose answer was lost, which
+    landed unseen): that one is ours, and the write goes on from it."""
+    for _ in range(3):
+        try:
+            return _save(store, prior, value, run_id, document)
+        except LeaseLost:
+            landed = state.load(store, prior.state_id)
+            if not (landed.writer.run_id == run_id and landed.writer.serial >= prior.next_serial):
+                raise
+            log.info(f"an earlier write of the state of {prior.state_id} had landed; writing on it")
+            prior = landed
+    return _save(store, prior, value, run_id, document)
+
+
+def _save(
+    store: BlobStore,
+    prior: StateSnapshot,
+    value: Any,
+    run_id: str,
+    document: dict[str, Any] | None,
+) -> StateSnapshot:
     serial = prior.next_serial
     version = state.save(
         store, prior.state_id, value, prior.version, serial=serial, run_id=run_id, document=document
     )
     halves = state.meltano_document(value) if document is None else state.halves(document)
-    writer = Writer(serial, run_id, time.time())
+    writer = Writer(serial, run_id, runtime.now())
     return StateSnapshot(prior.state_id, value, version, writer, halves)
 
 

@@ -1,7 +1,8 @@
 """The invariants, read from the store's true history rather than from what contenders believe.
 
 1. **One writer**: every state write that lands was sent by the holder of record at that
-   moment (the lease object names its owner token, held, or broken and not yet free) and
+   moment (a holder whose lease an operator broke with ``--force`` while it ran, declaring
+   it dead, is exempt from 1 and 3 itself: the others are not) (the lease object names its owner token, held, or broken and not yet free) and
    lands before that record's expiry in true time, the holder's clock taken into account.
 2. **No lost increment**: the counter in the state, in the order writes landed, never goes
    down (each holder increments the counter of the state it was handed).
@@ -83,8 +84,10 @@ class Monitor:
             return
         self.checks += 1
         lease = _record(landed.lease_then)
-        if landed.sender not in world.contenders or not _valid_for(
-            world, lease, landed.sender, landed.landed_at
+        forced = world.owners.get(landed.sender) in world.forced_live
+        if not forced and (
+            landed.sender not in world.contenders
+            or not _valid_for(world, lease, landed.sender, landed.landed_at)
         ):
             raise Broken(
                 1,
@@ -118,6 +121,8 @@ class Monitor:
                     f"{learned:.3f} that its lease was lost",
                 )
             return
+        if self.world.owners.get(name) in self.world.forced_live:
+            return  # an operator forced the break of this live holder: 3 given up
         if not _valid_for(self.world, self.lease, name, at):
             raise Broken(
                 3,
@@ -174,6 +179,34 @@ def check_end(world: World, counter: Monitor) -> None:
                 5, f"{name} ended ({outcome}) at {c.ended_at:.3f} leaving {final.describe()}"
             )
     _check_stopped(world, counter)
+    _check_no_false_loss(world, counter, final)
+
+
+def _check_no_false_loss(world: World, counter: Monitor, final: LeaseRecord | None) -> None:
+    """5, the other half: a contender that concluded it lost its lease while nobody else
+    touched it and the store still shows it held, unexpired, learned wrong."""
+    for name, c in world.contenders.items():
+        outcome = world.events.outcome.get(name, "")
+        if c.killed or not outcome.startswith("lease-lost") or c.ended_at is None:
+            continue
+        reason = world.events.lost_reason.get(name, outcome)
+        if "could not renew it before it expired" in reason or "ran out while" in reason:
+            continue  # the renewal deadline passed (no answer, or frozen): giving up is the rule
+        counter.checks += 1
+        learned = world.events.learned_lost.get(name, c.ended_at)
+        record = _lease_at(world, learned)
+        if (
+            _lost_at(world, name) is None
+            and record is not None
+            and record.held
+            and world.owners.get(name) == record.owner_token
+            and learned + skew_allowance(world.plan.ttl) < _true_until(world, record)
+        ):
+            raise Broken(
+                5,
+                f"{name} concluded at {learned:.3f} that it lost its lease ({outcome}) while "
+                f"the store held it as its own: {record.describe()}",
+            )
 
 
 def _check_stopped(world: World, counter: Monitor) -> None:
@@ -186,7 +219,9 @@ def _check_stopped(world: World, counter: Monitor) -> None:
         if lost_at is None:
             continue
         counter.checks += 1
-        if c.ended_at > lost_at + ttl + c.paused_extra(lost_at):
+        # it notices by its renewal deadline at the latest (a TTL after its last renewal),
+        # then stops and releases, the release's call bound by the store (a third of the TTL)
+        if c.ended_at > lost_at + ttl + ttl / 3 + c.paused_extra(lost_at):
             raise Broken(
                 3,
                 f"{name} lost its lease at {lost_at:.3f} but ended only at {c.ended_at:.3f} "

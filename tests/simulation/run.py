@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tests.simulation.invariants import Monitor
+from tests.simulation.variants import Variant
 from tests.simulation.world import World, plan
 
 
@@ -44,16 +45,15 @@ class Result:
         return "\n".join(lines)
 
 
-def simulate(
-    seed: int, *, variant: Callable[[], contextlib.AbstractContextManager[None]] | None = None
-) -> Result:
+def simulate(seed: int, *, variant: Variant | None = None) -> Result:
     """Run the schedule of ``seed`` (under ``variant``, a broken protocol, if given)."""
-    world = World(plan(seed))
+    chosen = plan(seed)
+    world = World(variant.adjust(chosen) if variant else chosen)
     monitor = Monitor(world)
     world.store.on_landed = monitor.landed
     world.on_passed = monitor.passed
     failure: BaseException | None = None
-    with variant() if variant else contextlib.nullcontext():
+    with variant.applied() if variant else contextlib.nullcontext():
         try:
             world.run()
             monitor.end()

@@ -6,8 +6,9 @@ do what the seed says:
 - most calls are applied and answered after a short latency;
 - **answer lost**: applied, but the caller's call fails with a timeout (a reset);
 - **not applied**: the call times out and nothing was applied;
-- **slow answer**: applied at once, the answer arriving after the caller's deadline, so
-  the caller gives up at its deadline (a timeout): it cannot tell it from a loss;
+- **slow answer**: applied at any moment up to the caller's deadline (a store that takes
+  its time), the answer arriving after it, so the caller gives up at its deadline (a
+  timeout): it cannot tell it from a loss, and the write may land after later ones it sent;
 - a call whose deadline has passed is refused before anything is sent (the rule every
   store keeps, :mod:`mapper_state.stores.deadline`).
 
@@ -29,7 +30,6 @@ from typing import Any
 from mapper_state.stores import deadline
 from mapper_state.stores.base import Blob, Entry, PreconditionFailed, StoreError, StoreTraits
 from tests.simulation.scheduler import Contender, Killed, Sim
-
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,11 @@ class SimStore:
             sim.block(None, limit)
             raise StoreError(f"{op} {self.display_uri}/{key}: timed out")
         outcome: list[Any] = []
-        land_at = sim.now + sim.rng.uniform(0.0, min(latency, max(0.0, limit - sim.now)))
+        # a slow answer: the store took its time, anywhere up to the caller's deadline
+        within = (
+            max(0.0, limit - sim.now) if fault == "slow_answer" else min(latency, limit - sim.now)
+        )
+        land_at = sim.now + sim.rng.uniform(0.0, max(0.0, within))
 
         def land() -> None:
             self._landing_for = me.name if me else "world"

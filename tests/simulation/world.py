@@ -50,7 +50,8 @@ class Plan:
     ttl: float
     faults: Faults
     contenders: list[dict[str, Any]] = field(default_factory=list)
-    break_at: float | None = None
+    #: When an operator runs ``lock break`` (true times).
+    breaks: list[float] = field(default_factory=list)
     force_break: bool = False
 
     def describe(self) -> str:
@@ -60,10 +61,9 @@ class Plan:
         ]
         for c in self.contenders:
             lines.append("  " + ", ".join(f"{k}={v}" for k, v in c.items()))
-        if self.break_at is not None:
-            lines.append(
-                f"  lock break{' --force' if self.force_break else ''} at {self.break_at:.3f}"
-            )
+        if self.breaks:
+            at = ", ".join(f"{b:.3f}" for b in self.breaks)
+            lines.append(f"  lock break{' --force' if self.force_break else ''} at {at}")
         return "\n".join(lines)
 
 
@@ -74,6 +74,8 @@ class Events:
 
     passed: list[tuple[float, str]] = field(default_factory=list)
     learned_lost: dict[str, float] = field(default_factory=dict)
+    #: Why each learned it (the lost lease's message), where the contender was told why.
+    lost_reason: dict[str, str] = field(default_factory=dict)
     outcome: dict[str, str] = field(default_factory=dict)
     handed: dict[str, int] = field(default_factory=dict)
     said: dict[str, list[str]] = field(default_factory=dict)
@@ -95,7 +97,7 @@ def plan(seed: int, *, edge_clocks: bool | None = None) -> Plan:
     skew = skew_allowance(ttl)
     edge = rng.random() < 0.3 if edge_clocks is None else edge_clocks
     world = Plan(seed, ttl, faults)
-    for i in range(rng.randint(2, 4)):
+    for i in range(rng.randint(2, 5)):
         offset = rng.choice([-skew, skew]) * 0.98 if edge else rng.uniform(-skew, skew) * 0.9
         world.contenders.append(
             {
@@ -103,7 +105,7 @@ def plan(seed: int, *, edge_clocks: bool | None = None) -> Plan:
                 "kind": rng.choice(["run", "run", "exec"]),
                 "offset": round(offset, 4),
                 "drift": round(rng.uniform(-2e-5, 2e-5), 7),
-                "start": round(rng.uniform(0, 2 * ttl), 3),
+                "start": round(rng.uniform(0, ttl), 3),
                 "records": rng.randint(1, 8),
                 "idle": round(rng.choice([0.1, 0.5, ttl / 2, 2 * ttl]), 3),
                 "wait": rng.choice([0.0, ttl, 3 * ttl]),
@@ -113,7 +115,7 @@ def plan(seed: int, *, edge_clocks: bool | None = None) -> Plan:
             }
         )
     if rng.random() < 0.3:
-        world.break_at = round(rng.uniform(0, 4 * ttl), 3)
+        world.breaks = [round(rng.uniform(0, 4 * ttl), 3)]
         world.force_break = rng.random() < 0.3
     return world
 
@@ -128,6 +130,8 @@ class World:
         self.events = Events()
         self.contenders: dict[str, Contender] = {}
         self.kinds = {spec["name"]: spec["kind"] for spec in plan.contenders}
+        #: Owners whose lease an operator forced while they ran: guarantee 3 given up.
+        self.forced_live: set[str] = set()
         self.owners: dict[str, str] = {}
         self.wakes: dict[str, Any] = {}
         #: Called as a contender passes a record on (the invariants' monitor).
@@ -158,10 +162,10 @@ class World:
                 sim.at(spec["pause_at"], lambda c=c, s=spec: sim.pause(c, s["pause_for"]))
             if spec["kill_at"] is not None:
                 sim.at(spec["kill_at"], lambda c=c: self._kill(c))
-        if self.plan.break_at is not None:
-            operator = sim.contender("operator", Clock())
+        for n, at in enumerate(self.plan.breaks):
+            operator = sim.contender(f"operator{n}", Clock())
             thread = sim.spawn(operator, self._operator, "main")
-            sim.at(self.plan.break_at, thread.start)
+            sim.at(at, thread.start)
         with runtime.use(SimRuntime(sim)), self._wake_patched():
             sim.run()
 
@@ -216,14 +220,23 @@ class World:
             c.doing = "waiting for input"
             wake.wait(spec["idle"])
             wake.clear()
-            session.check()  # the stream stops when the lease is lost
+            self._learning(c, session.check)  # the stream stops when the lease is lost
             c.doing = "passing data"
             self.events.passed.append((self.sim.now, c.name))
             self.on_passed(self.sim.now, c.name)
             counter += 1
             session.offer({"n": counter, "bookmarks": {"s": {"n": counter}}})
         c.doing = "finishing"
-        session.finish()
+        self._learning(c, session.finish)
+
+    def _learning(self, c: Contender, step: Callable[[], object]) -> None:
+        """Run ``step``; a lost lease it raises is the moment ``c`` learned it."""
+        try:
+            step()
+        except LeaseLost as exc:
+            self.events.learned_lost.setdefault(c.name, self.sim.now)
+            self.events.lost_reason.setdefault(c.name, exc.message)
+            raise
 
     def _run_program(self, c: Contender, spec: dict[str, Any]) -> None:
         self._ending(c, lambda: self._session(c, spec, env={}))
@@ -260,6 +273,7 @@ class World:
     def _stop_command(self, c: Contender, stop: Any, error: LeaseLost) -> None:
         """exec's reaction to a lost lease: stop the command (it is one process here)."""
         self.events.learned_lost.setdefault(c.name, self.sim.now)
+        self.events.lost_reason.setdefault(c.name, error.message)
         stop.set()
         if c.name in self.wakes:
             self.wakes[c.name].set()
@@ -280,17 +294,19 @@ class World:
             self._stream(c, spec, session)
 
     def _operator(self) -> None:
-        """``mapper-state lock break``; with ``--force`` (if the plan says so) only where the
-        holder is known to be dead, as the command asks of an operator (a forced break of a
-        live holder lets it pass data on until it notices: that is what a plain break is
-        for). A failure of the command is its error, nothing more."""
+        """``mapper-state lock break`` (``--force`` if the plan says so). A forced break of a
+        live holder gives up guarantee 3 by definition (it passes data on until it notices:
+        that is what a plain break waits for), never 1 and 2. A failure of the command is
+        its error, nothing more."""
         record = self.store.objects().get(lease_key(STATE_ID))
         holder = LeaseRecord.from_bytes(record.data) if record else None
         dead = holder is not None and any(
             self.owners.get(name) == holder.owner_token and c.killed
             for name, c in self.contenders.items()
         )
-        force = self.plan.force_break and dead
+        force = self.plan.force_break
+        if force and not dead:
+            self.forced_live.add(holder.owner_token if holder else "")
         flag = " --force" if force else ""
         try:
             holder = break_lease(self.store, STATE_ID, force=force)
