@@ -71,9 +71,8 @@ class GcsStore(CloudStore):
     def __init__(
         self, client: storage.Client, bucket: str, prefix: str = "", **kwargs: Any
     ) -> None:
-        super().__init__(bucket, prefix, **kwargs)
         # an emulator may ignore delete preconditions (fake-gcs-server does): release by CAS
-        self.traits.enforces_delete_conditions = not _emulator_host()
+        super().__init__(bucket, prefix, enforces_delete_conditions=not _emulator_host(), **kwargs)
         self.client = client
         self.bucket = client.bucket(bucket)
         self._bucket_seen = False
