@@ -35,11 +35,14 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    (the SDK's own retries off), within ``traits.retry_deadline_seconds``, which the
    opener takes as ``retry_deadline_seconds=`` (declare ``retries=True``: the registry
    opens the store with a third of the lease TTL). A cloud store gets all of this,
-   and paging, from :class:`mapper_state.stores.cloud.CloudStore`. Each call honours
-   the deadline its caller carries (:mod:`mapper_state.stores.deadline`): its SDK
-   timeouts fit ``seconds_left(...)``, and nothing is sent once it has passed.
-8. Set ``traits`` (:class:`StoreTraits`) in ``__init__``: ``enforces_delete_conditions``
-   only where the service is known to refuse a stale conditional delete. ``close()``
+   and paging, from :class:`mapper_state.stores.cloud.CloudStore`. A call honours the
+   deadline its caller carries (:mod:`mapper_state.stores.deadline`): its SDK timeouts fit
+   ``seconds_left(...)``. That nothing is sent once it has passed is kept above the stores
+   (:mod:`mapper_state.stores.guard`); only a call that sends several requests (retries, a
+   read-back) checks ``deadline.check`` before each, as ``CloudStore`` does.
+8. Set ``traits`` (:class:`StoreTraits`, frozen) in ``__init__``: ``enforces_delete_conditions``
+   only where the service is known to refuse a stale conditional delete; what the store
+   learns from its answers later goes into ``traits.learned`` (set-once facts). ``close()``
    releases connections. Declare the opener's type (``_OPENER: Opener = from_uri``, or
    pass the function itself as ``opener``) so that mypy proves the store fits.
 9. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
