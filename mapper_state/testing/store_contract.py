@@ -210,6 +210,10 @@ class StoreContract:
                 store.delete("late/lock", if_version=version)
             with pytest.raises(DeadlinePassed):
                 store.read("late/lock")
+            with pytest.raises(DeadlinePassed):
+                list(store.list("late/"))
+            with pytest.raises(DeadlinePassed):
+                list(listing(store, "late/"))
         blob = store.read("late/lock")
         assert blob is not None
         assert (blob.data, blob.version) == (b"before", version)
