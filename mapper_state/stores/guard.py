@@ -26,6 +26,10 @@ from mapper_state.stores.base import Blob, BlobStore, Entry, StoreTraits, listin
 class Guarded:
     """A store whose every call is refused once the caller's deadline has passed."""
 
+    #: Nothing else is set on a guard: setting a store's attribute through it fails loudly
+    #: instead of changing nothing (set it on :attr:`store`).
+    __slots__ = ("store",)
+
     def __init__(self, store: BlobStore) -> None:
         self.store = store
 
