@@ -37,6 +37,7 @@ from benchmarks.common import (
     workdir,
 )
 from benchmarks.wire import Wire, breakdown, count_keys, s3_behind_proxy, seed
+from mapper_state.core.history import iso_time
 
 PREFIX = "states"
 ALL_COMMANDS = (
@@ -67,7 +68,7 @@ def objects(ids: int, history: int) -> Iterator[tuple[str, bytes]]:
             name = f"{when.strftime('%Y%m%dT%H%M%S.%fZ')}-{run_id}"
             snapshot = {
                 "state_id": sid,
-                "time": when.isoformat().replace("+00:00", "Z"),
+                "time": iso_time(when),
                 "run_id": run_id,
                 "host": "worker-1",
                 "command": "mapper-state run",

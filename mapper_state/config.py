@@ -17,6 +17,17 @@ from mapper_state.settings import RUN_SETTINGS, Settings, SettingSpec, SettingsS
 from mapper_state.stores import store_settings, store_types
 from mapper_state.stores.base import StoreType
 
+#: ``MAPPER_STATE_*`` variables that are not settings, never reported as typos: debug logs
+#: (:mod:`mapper_state.log`), the lease an enclosing ``exec`` holds
+#: (:mod:`mapper_state.core.inherited`), and the project's own development tools: the test
+#: suite's tools directory and the chaos suite's budget (``tests/chaos/conftest.py``).
+OTHER_VARIABLES = (
+    "MAPPER_STATE_DEBUG",
+    "MAPPER_STATE_HELD_LEASE",
+    "MAPPER_STATE_TOOLS_DIR",
+    "MAPPER_STATE_CHAOS*",
+)
+
 
 def catalog(stores: Iterable[StoreType] | None = None) -> tuple[SettingSpec, ...]:
     """Every setting: the state ID, store location and lease, then each store's (of
@@ -30,13 +41,24 @@ def load_settings(
     config_files: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
     sources: Sequence[SettingsSource] = (),
+    *,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """Resolve every setting of the catalog (see :func:`mapper_state.settings.load`).
+    """Resolve every setting of the catalog (see :func:`mapper_state.settings.load`;
+    ``defaults``: the caller's own default of a setting, in place of the catalogue's).
 
     The secrets the stores' SDKs read from the environment are hidden like secret settings.
     """
     env = os.environ if env is None else env
-    settings = load(catalog(), flags, config_files, env, sources)
+    settings = load(
+        catalog(),
+        flags,
+        config_files,
+        env,
+        sources,
+        defaults=defaults,
+        other_variables=OTHER_VARIABLES,
+    )
     found = tuple(env[v] for s in store_types() for v in s.secret_env_vars if env.get(v))
     return dataclasses.replace(settings, other_secrets=found)
 

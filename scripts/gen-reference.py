@@ -33,6 +33,7 @@ import yaml
 
 from mapper_state import config
 from mapper_state.meltano.about import DESCRIPTION, NAME
+from mapper_state.meltano.env import meltano_variable
 from mapper_state.settings import RUN_SETTINGS, SettingSpec
 from mapper_state.stores import builtin_store_types
 
@@ -91,8 +92,8 @@ def _row(spec: SettingSpec, flag_of: dict[str, str]) -> str:
     where = [f"`{spec.env_var}`"]
     if spec.name in flag_of:
         where.insert(0, f"`{flag_of[spec.name]}`")
-    if spec.meltano_env_var:
-        where.append(f"`{spec.meltano_env_var}`")
+    if meltano_variable(spec):
+        where.append(f"`{meltano_variable(spec)}`")
     return (
         f"| `{spec.name}` | {kind} | {_default(spec)} | {'<br>'.join(where)} "
         f"| {_cell(spec.description)} |"
@@ -115,7 +116,7 @@ def settings_page() -> str:
         f"<!-- {GENERATED} -->",
         "",
         "Every setting mapper-state reads, from its declarations: the run's own settings",
-        "(`mapper_state/settings.py`) and each store's (`mapper_state/stores/*`). Names follow",
+        "(`mapper_state/settings/catalogue.py`) and each store's (`mapper_state/stores/*`). Names follow",
         "Meltano's, so a `meltano.yml` reads naturally.",
         "",
         "**Where a setting comes from**, highest first:",

@@ -182,8 +182,8 @@ MUTANTS = (
     ),
     Mutant(
         "the unknown-variable warning is silent",
-        "mapper_state/settings.py",
-        "    warnings = unknown_variables(specs, env)",
+        "mapper_state/settings/loading.py",
+        "    warnings = unknown_variables(specs, env, other_variables, sources)",
         "    warnings: list[str] = []",
         ("tests/test_cli_messages.py::test_a_misspelt_variable_gets_the_closest_setting",),
     ),

@@ -143,14 +143,15 @@ def test_the_fleet_view_costs_two_listings_and_a_read_per_state(s3_location) -> 
                 command="",
             )
     calls: list[str] = []
+    s3 = store.store  # the S3 store the registry's guard hands out: count its requests
     for name in ("_list_page", "read"):
-        original = getattr(store, name)
+        original = getattr(s3, name)
 
         def counted(*args: object, _original=original, _name=name) -> object:  # type: ignore[no-untyped-def]
             calls.append(_name)
             return _original(*args)
 
-        setattr(store, name, counted)
+        setattr(s3, name, counted)
     pipelines = fleet.details(store, fleet.survey(store))
     assert [p.snapshots for p in pipelines] == [5, 5, 5, 5]
     assert all(p.writer_run_id == "r4" for p in pipelines)

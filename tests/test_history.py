@@ -18,8 +18,8 @@ from mapper_state.ops.summary import summarize_change
 from mapper_state.stores.base import StoreAccessDenied, StoreError
 from mapper_state.stores.file import FileStore
 from mapper_state.stores.memory import MemoryStore
-from mapper_state.testing.store_contract import count_pages
 from tests.conftest import ON_BOTH
+from tests.contract.paging import CloudPaging
 from tests.helpers import StoreCli, state_line
 from tests.servers import StoreLocation
 from tests.support.cli import invoke_filter
@@ -304,14 +304,15 @@ def test_clearing_the_history_also_removes_what_an_earlier_version_left() -> Non
 def test_listing_states_does_not_page_through_the_history(s3_location: StoreLocation) -> None:
     """On S3, `state list` costs pages in proportion to the states, not to their history."""
     store = s3_location.open()
-    store.page_size = 10  # type: ignore[attr-defined]
+    paging = CloudPaging(store)
+    paging.set_page_size(10)
     for n in range(5):
         state.save(store, f"id-{n}", bookmarks(users=n), None)
         for run in range(20):  # 100 snapshots in all: 10 more pages if they were listed
             history.write_snapshot(
                 store, f"id-{n}", {}, run_id=f"r{run}", keep=50, host="", command=""
             )
-    pages = count_pages(store)
+    paging.count()
     assert ops.list_state_ids(store) == [f"id-{n}" for n in range(5)]
     # one page that runs into the history (it sorts before "id-"), then one past it
-    assert pages() == 2, pages()
+    assert paging.pages() == 2, paging.pages()

@@ -11,7 +11,7 @@ from typing import Any
 
 from mapper_state import jsonio
 from mapper_state.ops import diff, fleet
-from mapper_state.ops.commands import LeaseRecord, Snapshot, format_time
+from mapper_state.ops.commands import LeaseRecord, LeaseStatus, Snapshot, format_time, iso_time
 from mapper_state.redact import redact_known
 
 # -- small words -------------------------------------------------------------------------
@@ -59,7 +59,7 @@ def _utc(iso_or_time: str) -> str:
 
 
 def pipeline_doc(p: fleet.Pipeline, now: float) -> dict[str, Any]:
-    lease: dict[str, Any] = {"status": p.lease_status}
+    lease: dict[str, Any] = {"status": p.lease_status.value}
     if p.holder is not None:
         lease.update(
             run_id=p.holder.run_id,
@@ -81,9 +81,9 @@ def pipeline_doc(p: fleet.Pipeline, now: float) -> dict[str, Any]:
 
 def _lease_text(p: fleet.Pipeline, now: float) -> str:
     if p.holder is None:
-        return "-" if p.lease_status == "free" else p.lease_status
+        return "-" if p.lease_status is LeaseStatus.FREE else p.lease_status.value
     who = f"{p.holder.run_id} on {p.holder.host}"
-    if p.lease_status == "expired":
+    if p.lease_status is LeaseStatus.EXPIRED:
         return f"expired ({who})"
     expires = p.holder.expires_at
     return f"{who}, expires {format_time(expires)} ({since(expires, now)})"
@@ -114,7 +114,7 @@ def history_doc(rows: list[tuple[Snapshot, str]], current: str | None) -> list[d
     return [
         {
             "snapshot": s.name,
-            "time": s.time.isoformat().replace("+00:00", "Z"),
+            "time": iso_time(s.time),
             "run_id": s.run_id,
             "host": s.host,
             "command": s.command,
@@ -161,7 +161,7 @@ def history_table(
 def _side_doc(side: diff.Side) -> dict[str, Any]:
     return {
         "snapshot": side.label,
-        "time": side.time.isoformat().replace("+00:00", "Z") if side.time else None,
+        "time": iso_time(side.time) if side.time else None,
         "run_id": side.run_id,
     }
 
@@ -236,22 +236,24 @@ def holder_doc(record: LeaseRecord) -> dict[str, Any]:
     }
 
 
-def lock_status_doc(state_id: str, status: str, record: LeaseRecord | None) -> dict[str, Any]:
+def lock_status_doc(
+    state_id: str, status: LeaseStatus, record: LeaseRecord | None
+) -> dict[str, Any]:
     return {
         "state_id": state_id,
-        "status": status,
-        "free": status != "held",
-        "expired": status in ("expired", "unreadable"),
+        "status": status.value,
+        "free": status is not LeaseStatus.HELD,
+        "expired": status in (LeaseStatus.EXPIRED, LeaseStatus.UNREADABLE),
         "holder": holder_doc(record) if record else None,
     }
 
 
-def _lock_headline(status: str, record: LeaseRecord | None, now: float) -> str:
-    if status == "unreadable":
+def _lock_headline(status: LeaseStatus, record: LeaseRecord | None, now: float) -> str:
+    if status is LeaseStatus.UNREADABLE:
         return "free (the lease object is unreadable, so it counts as expired)"
-    if status == "free" or record is None:
+    if status is LeaseStatus.FREE or record is None:
         return "free (no lease)"
-    if status == "held":
+    if status is LeaseStatus.HELD:
         return f"held, expires {since(record.expires_at, now)}"
     return (
         f"free: the lease expired {since(record.expires_at, now)} without being "
@@ -259,7 +261,9 @@ def _lock_headline(status: str, record: LeaseRecord | None, now: float) -> str:
     )
 
 
-def lock_status_text(state_id: str, status: str, record: LeaseRecord | None, now: float) -> str:
+def lock_status_text(
+    state_id: str, status: LeaseStatus, record: LeaseRecord | None, now: float
+) -> str:
     lines = [f"{state_id}: {_lock_headline(status, record, now)}"]
     if record:
         for label, value in (

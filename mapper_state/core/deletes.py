@@ -10,7 +10,7 @@ writer of this state ID out, so the window the condition closed is the read's.
 
 from __future__ import annotations
 
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError
+from mapper_state.stores.base import BlobStore, ConditionNotSupported, PreconditionFailed
 
 
 def delete_held(store: BlobStore, key: str, version: str | None) -> None:
@@ -20,15 +20,12 @@ def delete_held(store: BlobStore, key: str, version: str | None) -> None:
     if version is None:
         store.delete(key)
         return
-    if not store.traits.refuses_delete_conditions:
+    if not store.traits.learned.refuses_delete_conditions.known:
         try:
             store.delete(key, if_version=version)
             return
-        except PreconditionFailed:
-            raise
-        except StoreError:
-            if not store.traits.refuses_delete_conditions:  # learned by this very call
-                raise
+        except ConditionNotSupported:
+            pass  # this very call was refused for its condition: check the version by a read
     current = store.read(key)
     if current is None or current.version != version:
         raise PreconditionFailed(f"{store.display_uri}/{key} changed or is gone")

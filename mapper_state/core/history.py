@@ -65,6 +65,12 @@ def snapshot_time(name: str) -> datetime | None:
     return _parse_time(match.group("time")) if match else None
 
 
+def iso_time(when: datetime) -> str:
+    """``2026-01-02T03:04:05.678901Z``: a snapshot's time (in UTC) as its document and the
+    commands give it, ISO 8601 with ``Z`` for the zone."""
+    return when.isoformat().replace("+00:00", "Z")
+
+
 def names_in(keys: list[str], prefix: str) -> list[str]:
     """The snapshot names among ``keys`` directly under ``prefix``.
 
@@ -232,7 +238,7 @@ def write_snapshot(
         name = f"{when.strftime(_TIME_FORMAT)}-{run_id}"
         doc = {
             "state_id": state_id,
-            "time": when.isoformat().replace("+00:00", "Z"),
+            "time": iso_time(when),
             "run_id": run_id,
             "host": host,
             "command": command,

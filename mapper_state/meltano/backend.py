@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import os
 import re
 import socket
@@ -91,10 +92,16 @@ def _project_root() -> str:
         return os.getcwd()
 
 
-def resolve_settings(kwargs: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
+def resolve_settings(
+    kwargs: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    *,
+    wait_default: float = backend_schemes.WRITE_WAIT_DEFAULT_SECONDS,
+) -> Settings:
     """mapper-state's settings from Meltano's keyword arguments, then ``MAPPER_STATE_*``, then
     ``MELTANO_STATE_BACKEND_*`` (the store's own names), then the defaults; each SDK reads its
     own environment (``AWS_*``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_*``, ``PG*``) as usual.
+    ``lock_wait_seconds`` not set is ``wait_default``: a state write's, or a whole run's.
     """
     env = os.environ if env is None else env
     uri = str(kwargs.get("uri") or "")
@@ -112,10 +119,9 @@ def resolve_settings(kwargs: Mapping[str, Any], env: Mapping[str, str] | None = 
     # a relative mapper-state+file:// path is the project's, as for the mapper plugin,
     # whichever directory of the project `meltano` was started in
     env.setdefault("MELTANO_PROJECT_ROOT", _project_root())
-    settings = load_settings(flags, env=env, sources=[SOURCE])
+    wait = {backend_schemes.LOCK_WAIT.name: wait_default}
+    settings = load_settings(flags, env=env, sources=[SOURCE], defaults=wait)
     values = dict(settings.values)
-    if settings.sources.get("state_backend.lock_wait_seconds") == "default":
-        values["state_backend.lock_wait_seconds"] = backend_schemes.DEFAULT_LOCK_WAIT_SECONDS
     # Meltano's default lock timeout (10 s) would leave each request a 3 s retry deadline
     ttl = max(settings.lock_timeout, backend_schemes.MINIMUM_TTL_SECONDS)
     values["state_backend.lock_timeout_seconds"] = ttl
@@ -233,6 +239,8 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
     def __init__(self, **kwargs: Any) -> None:
         check_meltano_version(_installed_meltano())
         super().__init__(**kwargs)
+        #: Meltano's keyword arguments, as given.
+        self.given = dict(kwargs)
         with _errors_as_meltano():
             self.settings = resolve_settings(kwargs)
             self.store: BlobStore = open_configured_store(self.settings)
@@ -243,6 +251,13 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
     @property
     def label(self) -> str:
         return f"mapper-state {self.store.display_uri}"
+
+    @functools.cached_property
+    def run_wait(self) -> float:
+        """What a whole ``meltano run`` waits for a busy lease (:mod:`.run_lease`):
+        ``lock_wait_seconds`` as set, else :data:`~.backend_schemes.RUN_WAIT_DEFAULT_SECONDS`."""
+        wait = backend_schemes.RUN_WAIT_DEFAULT_SECONDS
+        return resolve_settings(self.given, wait_default=wait).lock_wait
 
     # -- reading -----------------------------------------------------------------------
     def get(self, state_id: str) -> MeltanoState | None:

@@ -27,7 +27,7 @@ import importlib
 import sys
 from collections.abc import Iterable, Iterator
 
-from mapper_state.settings import RUN_SETTINGS, SECONDS_MAX, SettingSpec
+from mapper_state.settings import RUN_SETTINGS, RunCatalogue, SettingSpec
 from mapper_state.stores import builtin_store_types, split_uri, store_types
 from mapper_state.stores.base import StoreType
 
@@ -37,8 +37,13 @@ PREFIX = "mapper-state+"
 MINIMUM_MELTANO = (4, 4)
 #: Stores a Meltano project cannot share between its processes are not offered.
 NOT_OFFERED = frozenset({"memory"})
-#: What Meltano waits for a busy lease when no bound is set (its own backends wait forever).
-DEFAULT_LOCK_WAIT_SECONDS = 300.0
+#: What one of Meltano's state writes (``meltano state set``, a run's write without the
+#: whole-run lease) waits for a busy lease when ``lock_wait_seconds`` is not set: Meltano's
+#: own backends wait forever, this one names the holder after 5 minutes.
+WRITE_WAIT_DEFAULT_SECONDS = 300.0
+#: What a whole ``meltano run`` waits for a busy lease when ``lock_wait_seconds`` is not set:
+#: nothing, a second run is refused at once (the catalogue's default, as ``mapper-state run``).
+RUN_WAIT_DEFAULT_SECONDS = 0.0
 #: The shortest lease TTL the add-on uses, whatever Meltano's ``lock_timeout_seconds`` (default
 #: 10 s): the store's retries give up within a third of the TTL, and a listing of thousands of
 #: states on a busy store needs more than 3 s.
@@ -46,14 +51,15 @@ MINIMUM_TTL_SECONDS = 30.0
 
 #: Settings of a run that apply to Meltano's writes too, declared in each scheme's namespace.
 RUN_SETTINGS_OFFERED = ("history_keep", "allow_state_reset")
-#: The lease's bound, declared once for every scheme (the mapper plugin reads the same name).
-LOCK_WAIT = SettingSpec(
-    "state_backend.lock_wait_seconds",
-    "number",
-    "How long Meltano waits for a busy mapper-state lease before failing with the holder's "
-    f"name (mapper-state's state backend; default {DEFAULT_LOCK_WAIT_SECONDS:g}).",
-    minimum=0,
-    maximum=SECONDS_MAX,
+#: The lease's bound as Meltano declares it, once for every scheme: the catalogue's setting
+#: (the mapper plugin reads the same name), without its flag and with the add-on's wording;
+#: no default, so that each wait above applies when it is not set.
+LOCK_WAIT = dataclasses.replace(
+    RunCatalogue.lock_wait,
+    description="How long Meltano waits for a busy mapper-state lease before failing with the "
+    f"holder's name (mapper-state's state backend; default {WRITE_WAIT_DEFAULT_SECONDS:g}).",
+    default=None,
+    flag=None,
 )
 
 

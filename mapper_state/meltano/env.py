@@ -29,7 +29,7 @@ from mapper_state.config import catalog
 from mapper_state.errors import ConfigError
 from mapper_state.meltano.backend_schemes import MINIMUM_TTL_SECONDS, PREFIX, store_uri
 from mapper_state.redact import display_uri
-from mapper_state.settings import SettingSpec
+from mapper_state.settings import ENV_PREFIX, SettingSpec
 from mapper_state.stores import split_uri, store_types
 
 SYSTEMDB = "systemdb"
@@ -207,6 +207,26 @@ def _aliases() -> dict[str, str]:
     }
 
 
+def meltano_variable(spec: SettingSpec) -> str | None:
+    """The variable Meltano sets a ``state_backend.*`` setting with: its name upper-cased,
+    dots as ``_``, after ``MELTANO_`` (``MELTANO_STATE_BACKEND_S3_REGION``); ``None`` for
+    any other setting."""
+    if not spec.name.startswith("state_backend."):
+        return None
+    return "MELTANO_" + spec.name.upper().replace(".", "_")
+
+
+def exports_of_meltano(var: str, env: Mapping[str, str]) -> bool:
+    """Is ``var`` (a ``MAPPER_STATE_*`` variable naming no setting) Meltano's, not a typo?
+
+    Inside Meltano (``MELTANO_PROJECT_ROOT`` set), a name without ``__`` is: it exports
+    each key of the mapping's config as ``<PLUGIN>_<KEY>`` (dots as ``_``), and reads such
+    variables as overrides of the plugin's settings (the config file it hands over is
+    checked instead).
+    """
+    return "MELTANO_PROJECT_ROOT" in env and "__" not in var[len(ENV_PREFIX) :]
+
+
 def backend_settings(
     env: Mapping[str, str] | None = None, specs: Sequence[SettingSpec] | None = None
 ) -> dict[str, tuple[Any, str]]:
@@ -224,7 +244,7 @@ def backend_settings(
         if env.get(var):
             found[name] = (env[var], var)
     for spec in specs:
-        name_var = spec.meltano_env_var
+        name_var = meltano_variable(spec)
         if name_var and env.get(name_var):
             found[spec.name] = (env[name_var], name_var)
     _floor_ttl(found)
@@ -307,6 +327,9 @@ class MeltanoSource:
 
     def resolve_uri(self, uri: str, source: str, env: Mapping[str, str]) -> str:
         return resolve_uri(uri, source, env)
+
+    def explains(self, var: str, env: Mapping[str, str]) -> bool:
+        return exports_of_meltano(var, env)
 
 
 SOURCE = MeltanoSource()

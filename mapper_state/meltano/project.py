@@ -149,6 +149,9 @@ class ProjectSource:
         found[URI_SETTING] = (uri, self.label)
         return found
 
+    def explains(self, var: str, env: Mapping[str, str]) -> bool:
+        return False  # meltano.yml sets no variable
+
     def resolve_uri(self, uri: str, source: str, env: Mapping[str, str]) -> str:
         """Read as Meltano reads it: the add-on's URI is its store's, a relative local path
         is the project's (as the add-on reads it); Meltano's own ``file://`` as Meltano does."""

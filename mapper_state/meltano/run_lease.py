@@ -34,7 +34,8 @@ How, in Meltano 4.4.1 (read in its ``meltano.cli``, ``meltano.core.block`` and
   fenced, instead of waiting for them.
 - **Busy.** A second run is refused before anything starts, with one line naming the
   holder, exit 3 (``LEASE_BUSY``); it waits first only when ``state_backend.lock_wait_seconds``
-  is set (the per-write default of the add-on, 300 s, is not a run's).
+  is set (:data:`~mapper_state.meltano.backend_schemes.RUN_WAIT_DEFAULT_SECONDS`; the
+  per-write default of the add-on, 300 s, is not a run's).
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ from mapper_state.stores import split_uri
 #: The Meltano commands that run a pipeline.
 RUN_COMMANDS = frozenset({"run", "el", "elt"})
 _ARMED = "_mapper_state_run_lease"
-_WAIT = "state_backend.lock_wait_seconds"
 _BUSY_HINT = (
     "retry when it has finished, set state_backend.lock_wait_seconds to wait for it, or "
     "`mapper-state lock break` a holder known to be dead"
@@ -241,13 +241,6 @@ def _stop_the_run(error: LeaseLost) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
-def _wait_seconds(settings: Any) -> float:
-    """``lock_wait_seconds`` as set by the user; 0 (refuse at once) when left to its default."""
-    if settings.sources.get(_WAIT) == "default":
-        return 0.0
-    return float(settings.lock_wait)
-
-
 def _uses_the_addon(project: Any) -> bool:
     uri = str(project.settings.get("state_backend.uri") or "")
     return split_uri(uri)[0] in backend_schemes.schemes()
@@ -271,7 +264,7 @@ def hold_for_run(command: str, params: Mapping[str, Any], obj: Mapping[str, Any]
         raise Refused(exc) from None
     run = RunLeases(manager)
     try:
-        run.take(state_ids, _wait_seconds(manager.settings))
+        run.take(state_ids, manager.run_wait)
     except LeaseBusy as exc:
         run.close()
         raise Refused(exc, _BUSY_HINT) from None

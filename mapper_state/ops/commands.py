@@ -12,6 +12,7 @@ without a line of its own.
 
 from __future__ import annotations
 
+from mapper_state.core.history import iso_time
 from mapper_state.core.lease import LeaseRecord, break_lease, format_time
 from mapper_state.ops.history import (
     HISTORY_ROOT,
@@ -23,6 +24,7 @@ from mapper_state.ops.history import (
 from mapper_state.ops.ids import RESERVED_PREFIX, check_state_id, is_reserved
 from mapper_state.ops.inputs import ImportEntry, parse_import, parse_state
 from mapper_state.ops.reading import (
+    LeaseStatus,
     get_state,
     list_state_ids,
     literal_prefix,
@@ -54,6 +56,7 @@ __all__ = [
     "HistoryView",
     "ImportEntry",
     "LeaseRecord",
+    "LeaseStatus",
     "Snapshot",
     "StateExists",
     "Transfer",
@@ -72,6 +75,7 @@ __all__ = [
     "history_view",
     "import_states",
     "is_reserved",
+    "iso_time",
     "list_state_ids",
     "literal_prefix",
     "lock_status",

@@ -18,7 +18,13 @@ from typing import Any, Literal
 
 from mapper_state.core.lease import releases_by_delete
 from mapper_state.errors import ExitCode
-from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreAccessDenied, StoreError
+from mapper_state.stores.base import (
+    BlobStore,
+    ConditionNotSupported,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+)
 
 Status = Literal["ok", "warning", "unsafe", "failed", "skipped"]
 SCRATCH_DIR = ".mapper-state-doctor"
@@ -244,7 +250,7 @@ def _check_swap(store: BlobStore, key: str, current: str, report: Report) -> boo
         )
     except PreconditionFailed:
         status, detail = "ok", "a replace with a stale version was rejected"
-    if store.traits.unquoted_etags:
+    if store.traits.learned.unquoted_etags.known:
         detail += (
             " (this endpoint matches If-Match only without the quotes S3 puts around ETags: "
             "they are sent unquoted here)"
@@ -260,9 +266,7 @@ def _check_delete(store: BlobStore, key: str, stale: str, report: Report) -> Non
         ignored = True
     except PreconditionFailed:
         ignored = False
-    except StoreError as exc:
-        if not store.traits.refuses_delete_conditions:
-            raise
+    except ConditionNotSupported as exc:
         report.add(
             "conditional delete",
             "ok",
@@ -306,7 +310,7 @@ def _report_deletes(store: BlobStore, report: Report) -> None:
         "ok",
         "a plain delete under the command's lease, after checking the state's version "
         "(this store refuses conditional deletes)"
-        if store.traits.refuses_delete_conditions
+        if store.traits.learned.refuses_delete_conditions.known
         else "a delete conditional on the state's version, under the command's lease",
     )
 

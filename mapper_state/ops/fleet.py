@@ -24,7 +24,13 @@ from mapper_state.core import history, state
 from mapper_state.core.lease import LEASE_FILE, LeaseRecord, lease_key
 from mapper_state.errors import ConfigError
 from mapper_state.ops.fetch import fetch_all
-from mapper_state.ops.reading import literal_prefix, state_entries, state_keys
+from mapper_state.ops.reading import (
+    LeaseStatus,
+    lease_status,
+    literal_prefix,
+    state_entries,
+    state_keys,
+)
 from mapper_state.stores.base import BlobStore, listing
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -51,7 +57,7 @@ class Pipeline:
     newest_snapshot: str | None = None
     has_lease: bool = False
     writer_run_id: str | None = None
-    lease_status: str = "free"  # free | held | expired | unreadable
+    lease_status: LeaseStatus = LeaseStatus.FREE
     holder: LeaseRecord | None = None
 
     def age(self, now: float) -> float | None:
@@ -140,17 +146,9 @@ def _details(store: BlobStore, pipeline: Pipeline, now: float) -> Pipeline:
         newest = history.read_snapshot(store, pipeline.state_id, pipeline.newest_snapshot)
         if newest is not None and newest.value == value:
             writer = newest.run_id  # its snapshot holds the state as it is
-    status, holder = "free", None
+    status, holder = LeaseStatus.FREE, None
     if pipeline.has_lease:
-        lease = store.read(lease_key(pipeline.state_id))
-        if lease is not None:
-            holder = LeaseRecord.from_bytes(lease.data)
-            if holder is None:
-                status = "unreadable"
-            elif not holder.held:  # released or broken: a free lease, left as a record
-                holder = None
-            else:
-                status = "expired" if holder.is_expired(now) else "held"
+        status, holder = lease_status(store.read(lease_key(pipeline.state_id)), now)
     return replace(
         pipeline, writer_run_id=writer, last_written=written, lease_status=status, holder=holder
     )

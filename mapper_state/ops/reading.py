@@ -6,13 +6,14 @@ import fnmatch
 import re
 import time
 from collections.abc import Iterable, Iterator
+from enum import StrEnum
 from typing import Any
 
 from mapper_state.core import history, state
-from mapper_state.core.lease import LeaseRecord, read_lease
+from mapper_state.core.lease import LeaseRecord, lease_key
 from mapper_state.errors import StateNotFound
 from mapper_state.ops.ids import is_reserved
-from mapper_state.stores.base import BlobStore, Entry, listing
+from mapper_state.stores.base import Blob, BlobStore, Entry, listing
 
 
 def literal_prefix(pattern: str) -> str:
@@ -67,13 +68,32 @@ def get_state(store: BlobStore, state_id: str) -> Any:
     return {} if snapshot.value is None else snapshot.value
 
 
-def lock_status(store: BlobStore, state_id: str) -> tuple[str, LeaseRecord | None]:
-    """``("free" | "held" | "expired" | "unreadable", record)`` for the state ID's lease."""
-    record, blob = read_lease(store, state_id)
+class LeaseStatus(StrEnum):
+    """What an operator is told of a state ID's lease."""
+
+    #: No lease, or one released or broken (left as a record).
+    FREE = "free"
+    #: Held, and not expired.
+    HELD = "held"
+    #: Held, but not renewed in time: the next run takes it over.
+    EXPIRED = "expired"
+    #: The lease object is not a lease record: it counts as expired.
+    UNREADABLE = "unreadable"
+
+
+def lease_status(blob: Blob | None, now: float) -> tuple[LeaseStatus, LeaseRecord | None]:
+    """The status of the lease object ``blob`` (``None``: there is none) at ``now``, and its
+    holder's record while it is held (expired or not)."""
     if blob is None:
-        return "free", None
+        return LeaseStatus.FREE, None
+    record = LeaseRecord.from_bytes(blob.data)
     if record is None:
-        return "unreadable", None
+        return LeaseStatus.UNREADABLE, None
     if not record.held:  # released or broken: a free lease, left as a record
-        return "free", None
-    return ("expired" if record.is_expired(time.time()) else "held"), record
+        return LeaseStatus.FREE, None
+    return (LeaseStatus.EXPIRED if record.is_expired(now) else LeaseStatus.HELD), record
+
+
+def lock_status(store: BlobStore, state_id: str) -> tuple[LeaseStatus, LeaseRecord | None]:
+    """The state ID's lease: its :class:`LeaseStatus`, and the holder's record."""
+    return lease_status(store.read(lease_key(state_id)), time.time())

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
 from mapper_state.errors import ConfigError
 from mapper_state.settings import Settings, SettingSpec
 from mapper_state.stores.base import BlobStore, Opener, StoreType
+from mapper_state.stores.guard import guarded
 
 ENTRY_POINT_GROUP = "mapper_state.stores"
 #: The modules whose ``STORE`` declares a built-in store.
@@ -107,15 +108,18 @@ def open_store(
 
     A store that retries (``StoreType.retries``) is opened with ``retry_deadline_seconds``
     when given: no call of it, retries included, lasts longer (its own limit otherwise).
+    It comes :func:`~mapper_state.stores.guard.guarded`: no call of it is sent once the
+    caller's deadline has passed, whatever the store.
     """
     scheme, location = split_uri(uri)
     store = store_type(scheme)
     opener = _opener(store, scheme)
     options = (options_for or {}).get(store.section, {})
     if store.retries and retry_deadline_seconds is not None:
-        # the opener of a store that declares ``retries`` takes the keyword (base.py, 7.)
-        return opener(location, options, retry_deadline_seconds=retry_deadline_seconds)  # type: ignore[call-arg]
-    return opener(location, options)
+        # a store that declares ``retries`` says its opener takes the keyword (base.py, 7.)
+        retrying: Callable[..., BlobStore] = opener
+        return guarded(retrying(location, options, retry_deadline_seconds=retry_deadline_seconds))
+    return guarded(opener(location, options))
 
 
 def open_configured_store(settings: Settings) -> BlobStore:

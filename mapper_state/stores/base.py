@@ -35,11 +35,14 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
    (the SDK's own retries off), within ``traits.retry_deadline_seconds``, which the
    opener takes as ``retry_deadline_seconds=`` (declare ``retries=True``: the registry
    opens the store with a third of the lease TTL). A cloud store gets all of this,
-   and paging, from :class:`mapper_state.stores.cloud.CloudStore`. Each call honours
-   the deadline its caller carries (:mod:`mapper_state.stores.deadline`): its SDK
-   timeouts fit ``seconds_left(...)``, and nothing is sent once it has passed.
-8. Set ``traits`` (:class:`StoreTraits`) in ``__init__``: ``enforces_delete_conditions``
-   only where the service is known to refuse a stale conditional delete. ``close()``
+   and paging, from :class:`mapper_state.stores.cloud.CloudStore`. A call honours the
+   deadline its caller carries (:mod:`mapper_state.stores.deadline`): its SDK timeouts fit
+   ``seconds_left(...)``. That nothing is sent once it has passed is kept above the stores
+   (:mod:`mapper_state.stores.guard`); only a call that sends several requests (retries, a
+   read-back) checks ``deadline.check`` before each, as ``CloudStore`` does.
+8. Set ``traits`` (:class:`StoreTraits`, frozen) in ``__init__``: ``enforces_delete_conditions``
+   only where the service is known to refuse a stale conditional delete; what the store
+   learns from its answers later goes into ``traits.learned`` (set-once facts). ``close()``
    releases connections. Declare the opener's type (``_OPENER: Opener = from_uri``, or
    pass the function itself as ``opener``) so that mypy proves the store fits.
 9. Keys are ``/``-separated, relative to the store's root (the URI's prefix). The
@@ -54,6 +57,7 @@ Checklist for writing a new store (see ``file.py`` for a small one, ``s3/`` for 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -101,6 +105,11 @@ class PreconditionFailed(StoreError):
     """A conditional write was rejected: the object exists, or its version moved on."""
 
 
+class ConditionNotSupported(StoreError):
+    """The store does not take a delete with a version condition (S3 endpoints that answer
+    501 NotImplemented): nothing was deleted; a plain delete works."""
+
+
 @dataclass(frozen=True)
 class Blob:
     """An object's bytes together with the version token a compare-and-swap needs."""
@@ -109,35 +118,65 @@ class Blob:
     version: str
 
 
-@dataclass
+class Fact:
+    """One thing a store may learn about its service while it runs, at most once.
+
+    Safe across threads: the heartbeat reads it while the run's own call may be learning
+    it. Once known it stays known; nothing unlearns it. A call that depends on it decides
+    from what it sent, not from what the fact says after the answer came back.
+    """
+
+    def __init__(self) -> None:
+        self._known = threading.Event()
+
+    @property
+    def known(self) -> bool:
+        return self._known.is_set()
+
+    def learn(self) -> None:
+        self._known.set()
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What a store learns about its service from its answers (each a :class:`Fact`)."""
+
+    #: The endpoint matches ``If-Match`` only without the quotes S3 puts around ETags.
+    unquoted_etags: Fact = field(default_factory=Fact)
+    #: The store answers a delete with a version condition "not implemented"
+    #: (:class:`ConditionNotSupported`): commands holding the lease delete without it.
+    refuses_delete_conditions: Fact = field(default_factory=Fact)
+
+
+@dataclass(frozen=True)
 class StoreTraits:
     """What a store enforces and how long it retries: typed fields, read by the lease and
     ``doctor``, so a misspelt trait is a type error instead of a silently skipped safety path.
 
-    A store sets its own when it is opened (an S3 endpoint may learn ``unquoted_etags`` on
-    its first refused replace); ``retry_deadline_seconds`` is the opener's parameter.
+    Fixed when the store is opened (frozen): ``retry_deadline_seconds`` is the opener's
+    parameter, the rest the store's own. What it learns later (an S3 endpoint's unquoted
+    ETags on its first refused replace) goes into ``learned``, once, safely across threads.
     """
 
     #: A delete whose version condition does not match is refused, so release may delete.
     enforces_delete_conditions: bool = False
-    #: The endpoint matches ``If-Match`` only without the quotes S3 puts around ETags.
-    unquoted_etags: bool = False
     #: Seconds within which every call gives up, retries included; ``None``: no retry layer.
     retry_deadline_seconds: float | None = None
-    #: The store answers a delete with a version condition "not implemented" (learned on
-    #: the first such answer): commands holding the lease delete without the condition.
-    refuses_delete_conditions: bool = False
     #: The store is not known to refuse a second create-if-absent (an S3-compatible
     #: endpoint): every acquire of a lease proves it does, at the cost of one request.
     proves_create_condition: bool = False
+    #: What the store has learned from its answers since it was opened.
+    learned: Learned = field(default_factory=Learned, compare=False)
 
 
 @runtime_checkable
 class BlobStore(Protocol):
     """Opaque objects addressed by key, with conditional create, replace and delete."""
 
-    #: What this store enforces (see :class:`StoreTraits`).
-    traits: StoreTraits
+    @property
+    def traits(self) -> StoreTraits:
+        """What this store enforces (see :class:`StoreTraits`), fixed when it is opened."""
+        ...
 
     @property
     def display_uri(self) -> str:

@@ -75,12 +75,16 @@ class CloudStore(RetryDeadline, abc.ABC):
         *,
         retry_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
         page_size: int | None = None,
+        enforces_delete_conditions: bool = True,
+        proves_create_condition: bool = False,
     ) -> None:
         self.bucket_name = bucket
         self.prefix = join_key(*prefix.split("/"))
-        # a subclass clears enforces_delete_conditions where the service may ignore them
+        # a subclass passes enforces_delete_conditions=False where the service may ignore them
         self.traits = StoreTraits(
-            enforces_delete_conditions=True, retry_deadline_seconds=retry_deadline_seconds
+            enforces_delete_conditions=enforces_delete_conditions,
+            retry_deadline_seconds=retry_deadline_seconds,
+            proves_create_condition=proves_create_condition,
         )
         self.page_size = page_size  # keys per list request; None: the service's default
 

@@ -26,8 +26,9 @@ DEFAULT_DEADLINE_SECONDS = 30.0
 
 
 class RetryDeadline:
-    """``retry_deadline_seconds`` for a store whose calls retry: read from and written to its
-    :class:`~mapper_state.stores.base.StoreTraits`, this module's default when unset."""
+    """``retry_deadline_seconds`` for a store whose calls retry: read from its
+    :class:`~mapper_state.stores.base.StoreTraits` (fixed when it is opened), this module's
+    default when unset."""
 
     traits: StoreTraits
 
@@ -35,10 +36,6 @@ class RetryDeadline:
     def retry_deadline_seconds(self) -> float:
         """Seconds within which every call gives up, retries included."""
         return self.traits.retry_deadline_seconds or DEFAULT_DEADLINE_SECONDS
-
-    @retry_deadline_seconds.setter
-    def retry_deadline_seconds(self, seconds: float) -> None:
-        self.traits.retry_deadline_seconds = seconds
 
 
 class RetryStats:

@@ -4,7 +4,11 @@ A store's test module subclasses :class:`StoreContract` and provides two fixture
 ``store`` (a fresh store on an empty prefix of a real server) and ``second_client``
 (another, independent client on the same location, as another process would have).
 A server measured to ignore conditional deletes says so by overriding the fixture
-``ignores_delete_preconditions``.
+``ignores_delete_preconditions``; a store whose listing comes in pages says how to page
+it by overriding ``paging`` (a :class:`Paging`).
+
+The contract checks the store as mapper-state uses it: the deadline a caller carries is
+kept above the stores (:mod:`mapper_state.stores.guard`), and checked here through it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -21,21 +25,24 @@ from mapper_state.core.lease import releases_by_delete
 from mapper_state.stores import deadline
 from mapper_state.stores.base import BlobStore, PreconditionFailed, listing
 from mapper_state.stores.deadline import DeadlinePassed
+from mapper_state.stores.guard import guarded
 from mapper_state.testing.racing import race
 
 
-def count_pages(store: Any) -> Callable[[], int]:
-    """Count the listing pages a paged cloud store asks its server for from now on."""
-    pages = 0
-    original = store._list_page
+class Paging(Protocol):
+    """How the contract pages a store's listing, for a store whose listing comes in pages:
+    its test module overrides the ``paging`` fixture with one of these."""
 
-    def counted(*args: object) -> object:
-        nonlocal pages
-        pages += 1
-        return original(*args)
+    #: The service can start a listing after a given key, so an excluded range is skipped.
+    can_skip: bool
 
-    store._list_page = counted
-    return lambda: pages
+    def set_page_size(self, keys: int) -> None:
+        """From now on, ask the service for at most ``keys`` keys a page."""
+        ...
+
+    def pages(self) -> int:
+        """The listing pages asked for since :meth:`set_page_size`."""
+        ...
 
 
 def data_of(store: BlobStore, key: str) -> bytes | None:
@@ -74,6 +81,11 @@ class StoreContract:
     def ignores_delete_preconditions(self) -> bool:
         """Whether the server behind ``store`` is known to ignore a conditional delete."""
         return False
+
+    @pytest.fixture
+    def paging(self, store: BlobStore) -> Paging | None:
+        """How to page ``store``'s listing; ``None``: it does not come in pages."""
+        return None
 
     def test_read_absent_is_none(self, store: BlobStore) -> None:
         assert store.read("nope/state.json") is None
@@ -183,8 +195,11 @@ class StoreContract:
         assert store.read("k") is not None
 
     def test_a_call_whose_deadline_has_passed_sends_nothing(self, store: BlobStore) -> None:
-        """A store honours the deadline a caller carries into its calls (a renewal after the
-        lease was given up must not reach the store): once it has passed, nothing is sent."""
+        """The deadline a caller carries into a store's calls holds (a renewal after the
+        lease was given up must not reach the store): once it has passed, nothing is sent.
+        The registry keeps it for every store it opens (:func:`guarded`); a store whose
+        one call sends several requests checks before each of them."""
+        store = guarded(store)
         version = store.create("late/lock", b"before")
         with deadline.within(0):
             with pytest.raises(DeadlinePassed):
@@ -195,6 +210,10 @@ class StoreContract:
                 store.delete("late/lock", if_version=version)
             with pytest.raises(DeadlinePassed):
                 store.read("late/lock")
+            with pytest.raises(DeadlinePassed):
+                list(store.list("late/"))
+            with pytest.raises(DeadlinePassed):
+                list(listing(store, "late/"))
         blob = store.read("late/lock")
         assert blob is not None
         assert (blob.data, blob.version) == (b"before", version)
@@ -231,25 +250,25 @@ class StoreContract:
         assert sorted(e.key for e in listing(store, ".mapper-state/")) == hidden
         assert sorted(store.list()) == sorted(kept + hidden)  # plain list: everything
 
-    def test_listing_skips_an_excluded_range_where_the_store_can(self, store: BlobStore) -> None:
+    def test_listing_skips_an_excluded_range_where_the_store_can(
+        self, store: BlobStore, paging: Paging | None
+    ) -> None:
         """A paged store that can start a listing at a key jumps over the excluded range; one
         that cannot (Azure's listing has no start key) pages through it, and says so with
         ``can_skip = False``; a store that excludes it in its own query (PostgreSQL) needs
         neither. Every one returns the same keys."""
-        paged = hasattr(store, "page_size") and hasattr(store, "_list_page")
-        if paged:
-            store.page_size = 2  # type: ignore[attr-defined]
-        pages = count_pages(store) if paged else None
+        if paging is not None:
+            paging.set_page_size(2)
         keys = ["-a/state.json", "-b/state.json", "b/state.json", "c/state.json"]
         for key in [*keys, *(f".mapper-state/history/b/{i:02d}.json" for i in range(12))]:
             store.create(key, b"{}")
         assert sorted(e.key for e in listing(store, exclude=".mapper-state/")) == keys
-        if pages and getattr(store, "can_skip", False):
-            assert pages() <= 4, (
-                f"{pages()} pages for 4 keys, 2 a page: the excluded range was paged"
+        if paging is not None and paging.can_skip:
+            assert paging.pages() <= 4, (
+                f"{paging.pages()} pages for 4 keys, 2 a page: the excluded range was paged"
             )
-        elif pages:  # 16 keys, 2 a page: the cost of a store that cannot skip, as documented
-            assert pages() >= 8, f"{pages()} pages for 16 keys, 2 a page"
+        elif paging is not None:  # 16 keys, 2 a page: the cost of a store that cannot skip
+            assert paging.pages() >= 8, f"{paging.pages()} pages for 16 keys, 2 a page"
 
     def test_keys_with_meltano_ids(self, store: BlobStore) -> None:
         key = "dev:tap-a-to-target-b/state.json"

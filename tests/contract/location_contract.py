@@ -3,7 +3,7 @@
 :class:`~mapper_state.testing.OnLocation` (shipped) runs the store and lease contracts
 with two clients opened on ``location`` (a :class:`~tests.servers.StoreLocation`, a
 PostgreSQL location); :class:`OnEmulator` also hands on what the emulator is measured
-to ignore; :class:`PrefixContract` checks a URI's ``bucket/prefix`` is joined exactly once.
+to ignore and how its cloud store pages a listing; :class:`PrefixContract` checks a URI's ``bucket/prefix`` is joined exactly once.
 
 A test class mixes them in and provides the fixture ``location`` (a fresh location) and,
 for :class:`PrefixContract`, ``list_bucket`` (the names of every object in a location's
@@ -17,7 +17,9 @@ from collections.abc import Callable
 import pytest
 
 from mapper_state.stores import store_type
+from mapper_state.stores.base import BlobStore
 from mapper_state.testing import OnLocation
+from tests.contract.paging import CloudPaging
 from tests.servers import StoreLocation
 
 __all__ = ["OnEmulator", "OnLocation", "PrefixContract"]
@@ -27,6 +29,10 @@ class OnEmulator(OnLocation):
     @pytest.fixture
     def ignores_delete_preconditions(self, location: StoreLocation) -> bool:
         return bool(location.emulator.ignores_delete_preconditions)
+
+    @pytest.fixture
+    def paging(self, store: BlobStore) -> CloudPaging:
+        return CloudPaging(store)
 
 
 class PrefixContract:

@@ -533,8 +533,10 @@ def test_a_frozen_server_cannot_keep_the_heartbeat_from_giving_the_lease_up(
     deadline instead of hanging, and the heartbeat calls the lease lost soon after its expiry."""
     location = PostgresLocation(own_cluster, "objects")
     ttl = 3.0
-    store = from_uri(location.uri.removeprefix("postgresql://"), location.options)
-    store.retry_deadline_seconds = ttl / 3  # what the registry does
+    # what the registry does: a third of the TTL for each call
+    store = from_uri(
+        location.uri.removeprefix("postgresql://"), location.options, retry_deadline_seconds=ttl / 3
+    )
     lease = Lease(store, "frozen", ttl=ttl)
     lease.acquire()
     lost = threading.Event()

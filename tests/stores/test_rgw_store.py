@@ -49,10 +49,10 @@ def test_a_replace_refused_while_another_thread_learned_unquoted_etags_still_lan
 
     def the_other_thread_learns(http_response: Any, **_: Any) -> None:
         if http_response.status_code == 412:
-            store.traits.unquoted_etags = True
+            store.traits.learned.unquoted_etags.learn()
 
     client.meta.events.register("after-call.s3.PutObject", the_other_thread_learns)
-    assert not store.traits.unquoted_etags
+    assert not store.traits.learned.unquoted_etags.known
     new = store.replace("k/state.json", b"1", if_version=version)
     assert store.read("k/state.json") == Blob(b"1", new)
     store.close()

@@ -214,4 +214,4 @@ def releases_by_delete(store: BlobStore) -> bool:
     that can hold a lease at all enforces.
     """
     traits = store.traits
-    return traits.enforces_delete_conditions and not traits.refuses_delete_conditions
+    return traits.enforces_delete_conditions and not traits.learned.refuses_delete_conditions.known

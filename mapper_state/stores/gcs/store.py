@@ -71,9 +71,8 @@ class GcsStore(CloudStore):
     def __init__(
         self, client: storage.Client, bucket: str, prefix: str = "", **kwargs: Any
     ) -> None:
-        super().__init__(bucket, prefix, **kwargs)
         # an emulator may ignore delete preconditions (fake-gcs-server does): release by CAS
-        self.traits.enforces_delete_conditions = not _emulator_host()
+        super().__init__(bucket, prefix, enforces_delete_conditions=not _emulator_host(), **kwargs)
         self.client = client
         self.bucket = client.bucket(bucket)
         self._bucket_seen = False
@@ -267,12 +266,16 @@ def _from_info(info: dict[str, Any]) -> Credentials:
         return credentials.Credentials.from_authorized_user_info(info, scopes=_SCOPES)
     if kind == "external_account":  # workload identity federation (GitHub Actions, AWS...)
         if info.get("subject_token_type") == "urn:ietf:params:aws:token-type:aws4_request":
-            from google.auth import aws as external
-        elif (info.get("credential_source") or {}).get("executable"):
-            from google.auth import pluggable as external  # type: ignore[no-redef]
-        else:
-            from google.auth import identity_pool as external  # type: ignore[no-redef]
-        return external.Credentials.from_info(info, scopes=_SCOPES)
+            from google.auth import aws
+
+            return aws.Credentials.from_info(info, scopes=_SCOPES)
+        if (info.get("credential_source") or {}).get("executable"):
+            from google.auth import pluggable
+
+            return pluggable.Credentials.from_info(info, scopes=_SCOPES)
+        from google.auth import identity_pool
+
+        return identity_pool.Credentials.from_info(info, scopes=_SCOPES)
     raise _UnsupportedCredentials(str(kind))
 
 

@@ -110,7 +110,15 @@ class S3Store(CloudStore):
         conditions_checked: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(bucket, prefix, **kwargs)
+        # AWS refuses a DeleteObject whose If-Match does not match; S3-compatible stores
+        # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
+        super().__init__(
+            bucket,
+            prefix,
+            enforces_delete_conditions=endpoint is None,
+            proves_create_condition=endpoint is not None and not conditions_checked,
+            **kwargs,
+        )
         self._default_client = client
         self._client_for_timeout = client_for_timeout
         self._clients: dict[float, Any] = {}
@@ -118,12 +126,8 @@ class S3Store(CloudStore):
         self.bucket = bucket
         self.write_args = dict(write_args or {})
         self.endpoint = endpoint or "AWS S3"
-        # AWS refuses a DeleteObject whose If-Match does not match; S3-compatible stores
-        # vary (MinIO and Ceph RGW ignore it), so an unknown endpoint is released by CAS
         self.endpoint_is_aws = endpoint is None
-        self.traits.enforces_delete_conditions = endpoint is None
-        self.traits.proves_create_condition = endpoint is not None and not conditions_checked
-        # traits.unquoted_etags is measured on the first refused replace
+        # traits.learned.unquoted_etags is learned on the first refused replace
 
     @property
     def client(self) -> Any:
@@ -242,7 +246,7 @@ class S3Store(CloudStore):
         return self._put("create", key, data, {"IfNoneMatch": "*"})
 
     def _if_match(self, version: str) -> str:
-        return version.strip('"') if self.traits.unquoted_etags else version
+        return version.strip('"') if self.traits.learned.unquoted_etags.known else version
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
         sent = self._if_match(if_version)
@@ -259,7 +263,7 @@ class S3Store(CloudStore):
             current = self.read(key)
             if current is None or current.version.strip('"') != if_version.strip('"'):
                 raise
-            self.traits.unquoted_etags = True
+            self.traits.learned.unquoted_etags.learn()
             return self._put("replace", key, data, {"IfMatch": if_version.strip('"')})
 
     def delete(self, key: str, if_version: str | None = None) -> None:
@@ -277,8 +281,10 @@ class S3Store(CloudStore):
                 if absent:
                     raise self._refused(key, "no longer exists") from None
                 if if_version is not None and (code == "NotImplemented" or status == 501):
-                    self.traits.refuses_delete_conditions = True  # not retried: it will not change
-                    raise self._client_error(exc, "delete", self._where(key)) from None
+                    self.traits.learned.refuses_delete_conditions.learn()  # it will not change
+                    raise base.ConditionNotSupported(
+                        self._client_error(exc, "delete", self._where(key)).message
+                    ) from None
                 raise
 
         self._call("delete", key, delete)
