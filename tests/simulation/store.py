@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from mapper_state.stores import deadline
-from mapper_state.stores.base import Blob, Entry, PreconditionFailed, StoreError, StoreTraits
+from mapper_state.stores.base import (
+    Blob,
+    ConditionNotSupported,
+    Entry,
+    PreconditionFailed,
+    StoreError,
+    StoreTraits,
+)
 from tests.simulation.scheduler import Contender, Killed, Sim
 
 
@@ -111,8 +118,10 @@ class SimStore:
         mode = self.faults.delete_conditions
         if if_version is not None and mode == "refuse":
             self._call("delete", key, lambda: None)
-            self.traits.refuses_delete_conditions = True
-            raise StoreError(f"{self.display_uri}/{key}: delete with a condition not implemented")
+            self.traits.learned.refuses_delete_conditions.learn()
+            raise ConditionNotSupported(
+                f"{self.display_uri}/{key}: delete with a condition not implemented"
+            )
 
         def apply() -> None:
             current = self._objects.get(key)
