@@ -177,6 +177,14 @@ RUN_SETTINGS: tuple[SettingSpec, ...] = (
         minimum=0,
     ),
     SettingSpec(
+        "runs_keep",
+        "integer",
+        "How many run records to keep per state ID for `mapper-state runs`, `state list "
+        "--long` and `mapper-state metrics` (0: none are written).",
+        10,
+        minimum=0,
+    ),
+    SettingSpec(
         "tap",
         "string",
         "`run`: the tap's command line.",
@@ -313,6 +321,7 @@ class Settings:
     #: ``None`` when not set: the Meltano policy decides.
     lock_only = _Read("lock_only", _maybe(bool))
     history_keep = _Read("history_keep", int)
+    runs_keep = _Read("runs_keep", int)
     tap = _Read("tap", _maybe(str))
     target = _Read("target", _maybe(str))
     full_refresh = _Read("full_refresh", bool)
