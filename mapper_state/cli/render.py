@@ -128,7 +128,7 @@ def run_doc(r: runs.RunRecord, outcome: str) -> dict[str, Any]:
         "mode": r.mode,
         "command": redact_known(r.command),
         "records": r.records,
-        "bytes": r.bytes,
+        "bytes": r.bytes_passed,
         "states_seen": r.states_seen,
         "states_committed": r.states_committed,
         "lease_wait_seconds": r.lease_wait_seconds,

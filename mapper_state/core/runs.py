@@ -87,7 +87,7 @@ class RunRecord:
     exit_code: int | None = None
     signal: str | None = None
     records: int = 0
-    bytes: int = 0
+    bytes_passed: int = 0
     states_seen: int = 0
     states_committed: int = 0
     lease_wait_seconds: float = 0.0
@@ -98,6 +98,7 @@ class RunRecord:
     def to_bytes(self) -> bytes:
         doc = asdict(self)
         del doc["name"]
+        doc["bytes"] = doc.pop("bytes_passed")
         doc["started_at"] = iso(self.started_at)
         doc["ended_at"] = iso(self.ended_at)
         doc["lease_wait_seconds"] = round(self.lease_wait_seconds, 3)
@@ -124,7 +125,7 @@ class RunRecord:
                 exit_code=None if raw.get("exit_code") is None else int(raw["exit_code"]),
                 signal=None if raw.get("signal") is None else str(raw["signal"]),
                 records=int(raw.get("records") or 0),
-                bytes=int(raw.get("bytes") or 0),
+                bytes_passed=int(raw.get("bytes") or 0),
                 states_seen=int(raw.get("states_seen") or 0),
                 states_committed=int(raw.get("states_committed") or 0),
                 lease_wait_seconds=float(raw.get("lease_wait_seconds") or 0.0),

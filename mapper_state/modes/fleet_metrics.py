@@ -165,7 +165,7 @@ def _handler(exposition: Exposition) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mapper-state"
 
-        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path not in ("/metrics", "/"):
                 self._answer(404, b"not found: scrape /metrics\n")
@@ -182,7 +182,7 @@ def _handler(exposition: Exposition) -> type[BaseHTTPRequestHandler]:
         def _refuse(self) -> None:
             self._answer(405, b"read-only: GET /metrics\n")
 
-        do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
+        do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
         def _answer(self, status: int, body: bytes, kind: str = "text/plain") -> None:
             self.send_response(status)
@@ -191,7 +191,7 @@ def _handler(exposition: Exposition) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # one line per scrape would drown the logs
 
     return Handler
@@ -206,7 +206,7 @@ def serve(exposition: Exposition, listen: str, ready: Callable[[str], None]) -> 
         raise ConfigError(f"--listen {listen}: {exc.strerror}") from None
     server.daemon_threads = True
     bound_host, bound_port = server.server_address[:2]
-    ready(f"{bound_host}:{bound_port}")
+    ready(f"{bound_host!s}:{bound_port}" if isinstance(bound_host, str) else f":{bound_port}")
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

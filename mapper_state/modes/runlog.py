@@ -176,7 +176,7 @@ class RunLog:
                 exit_code=code,
                 signal=signal_name,
                 records=counts.records,
-                bytes=counts.bytes,
+                bytes_passed=counts.bytes,
                 states_seen=counts.states,
                 states_committed=session.writes if session else 0,
             )

@@ -16,10 +16,10 @@ ID's last run; its record is read with the rest (``--failed`` reads it for every
 from __future__ import annotations
 
 import re
-from fnmatch import fnmatchcase
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 from mapper_state import jsonio
@@ -176,11 +176,7 @@ def _details(store: BlobStore, pipeline: Pipeline, now: float) -> Pipeline:
                 holder = None
             else:
                 status = "expired" if holder.is_expired(now) else "held"
-    last_run = outcome = None
-    if pipeline.newest_run is not None:
-        last_run = runs.read_record(store, pipeline.state_id, pipeline.newest_run)
-        if last_run is not None:
-            outcome = runs.outcome_of(last_run, holder, now)
+    last_run, outcome = _last_run(store, pipeline, holder, now)
     return replace(
         pipeline,
         writer_run_id=writer,
@@ -190,6 +186,16 @@ def _details(store: BlobStore, pipeline: Pipeline, now: float) -> Pipeline:
         last_run=last_run,
         last_outcome=outcome,
     )
+
+
+def _last_run(
+    store: BlobStore, pipeline: Pipeline, holder: LeaseRecord | None, now: float
+) -> tuple[runs.RunRecord | None, str | None]:
+    """The newest run record and the outcome it shows (one read), if there is one."""
+    if pipeline.newest_run is None:
+        return None, None
+    record = runs.read_record(store, pipeline.state_id, pipeline.newest_run)
+    return record, None if record is None else runs.outcome_of(record, holder, now)
 
 
 def details(store: BlobStore, pipelines: list[Pipeline]) -> list[Pipeline]:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from mapper_state.core import history, state
+from mapper_state.core import state
 from mapper_state.core.lease import LeaseRecord, read_lease
 from mapper_state.errors import StateNotFound
 from mapper_state.ops.ids import is_reserved
