@@ -4,7 +4,7 @@ Every series is labelled ``state_id``; the store is looked at by
 :class:`~mapper_state.ops.watch.FleetWatch` (its request cost is stated there). Labels hold
 only state IDs, run IDs, host names and outcomes: never a command line, a URI or a setting,
 so no secret reaches Prometheus. ``metrics serve`` answers scrapes over HTTP, bound to
-127.0.0.1 unless told otherwise, GET only; a scrape within ``cache_seconds`` of the previous
+127.0.0.1 unless told otherwise, GET only (``/metrics``; ``/healthz`` for a probe); a scrape within ``cache_seconds`` of the previous
 look at the store is answered from that look, so Prometheus servers scraping in quick
 succession (an HA pair, a restart) cost the store nothing more.
 
@@ -167,6 +167,9 @@ def _handler(exposition: Exposition) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if path == "/healthz":  # for a probe: costs the store nothing
+                self._answer(200, b"ok\n")
+                return
             if path not in ("/metrics", "/"):
                 self._answer(404, b"not found: scrape /metrics\n")
                 return
