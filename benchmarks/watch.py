@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -92,6 +93,15 @@ def objects(pipelines: int, records: int) -> Iterator[tuple[str, bytes]]:
             yield f"{PREFIX}/.mapper-state/runs/{sid}/{name}.json", json.dumps(record).encode()
 
 
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape: its wall time, and the store requests it made."""
+
+    wall_s: float
+    requests: int
+    breakdown: str
+
+
 def _exposed(text: str, pipelines: int, what: str) -> None:
     shown = text.count("mapper_state_lease_held{")
     if shown != pipelines:
@@ -143,7 +153,7 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
         "keys": keys,
         "listing_pages_expected": pages,
         "metrics": {"wall_s": usage.wall, "requests": len(once), "breakdown": breakdown(once)},
-        "scrapes": scrapes,
+        "scrapes": [asdict(s) for s in scrapes],
     }
     first, steady, cached = scrapes
     section.rows = [
@@ -155,25 +165,25 @@ def measure(scale: Scale, progress: Callable[[str], None]) -> Section:
         ),
         Row(
             "`metrics serve`: first scrape",
-            f"{first['wall_s']:.1f} s, {fmt_int(first['requests'])} requests",
+            f"{first.wall_s:.1f} s, {fmt_int(first.requests)} requests",
             "every lease and newest run record read once",
-            first["breakdown"],
+            first.breakdown,
         ),
         Row(
             "`metrics serve`: next scrape, nothing changed",
-            f"{steady['wall_s']:.1f} s, {fmt_int(steady['requests'])} requests",
+            f"{steady.wall_s:.1f} s, {fmt_int(steady.requests)} requests",
             f"listings only: ceil(2N/1000) + ceil(N x {r}/1000) = {pages} pages",
-            steady["breakdown"],
+            steady.breakdown,
             f"at most {pages} requests",
-            steady["requests"] <= pages,
+            steady.requests <= pages,
         ),
         Row(
             f"`metrics serve`: a scrape within --cache-seconds {CACHE_SECONDS:g}",
-            f"{cached['wall_s']:.2f} s, {fmt_int(cached['requests'])} requests",
+            f"{cached.wall_s:.2f} s, {fmt_int(cached.requests)} requests",
             "answered from the cache",
-            cached["breakdown"] or "none",
+            cached.breakdown or "none",
             "no request",
-            cached["requests"] == 0,
+            cached.requests == 0,
         ),
     ]
     section.notes = [
@@ -192,7 +202,7 @@ def _serve_and_scrape(
     uri: str,
     pipelines: int,
     progress: Callable[[str], None],
-) -> list[dict[str, object]]:
+) -> list[Scrape]:
     """Three scrapes of ``metrics serve``: first, after the cache expired, within it."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}/metrics"
@@ -225,7 +235,7 @@ def _serve_and_scrape(
             wall, text = _scrape(url)
             kinds = wire.take_kinds()
             _exposed(text, pipelines, f"the {what} scrape")
-            results.append({"wall_s": wall, "requests": len(kinds), "breakdown": breakdown(kinds)})
+            results.append(Scrape(wall, len(kinds), breakdown(kinds)))
         return results
     finally:
         serve.terminate()

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mapper_state import jsonio
-from mapper_state.core import runs
-from mapper_state.ops import diff, fleet
+from mapper_state.ops import diff, fleet, runs
 from mapper_state.ops.commands import LeaseRecord, Snapshot, format_time
 from mapper_state.redact import redact_known
 

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 
 from mapper_state.core import runs
 from mapper_state.core.lease import read_lease
+from mapper_state.core.runs import FAILED, SIGNALLED, RunRecord, iso
 from mapper_state.stores.base import BlobStore, Entry, listing
+
+__all__ = ["FAILED", "FAILING", "SIGNALLED", "Run", "RunRecord", "iso", "run_history"]
 
 #: Outcomes ``state list --failed`` selects: the run did not end well.
 FAILING = frozenset({runs.FAILED, runs.SIGNALLED, runs.LEASE_LOST, runs.KILLED})
