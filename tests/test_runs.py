@@ -71,7 +71,14 @@ def killed_exec(cli: StoreCli, state_id: str) -> None:
 
 def arrange_fleet(cli: StoreCli) -> None:
     """A succeeded, a failed, a busy-refused and a SIGKILLed run, one pipeline each."""
-    ok = cli("--state-id", "fleet:ok", *SECRET_FLAG, input=_stream(3, {"n": 1}))
+    ok = cli(
+        "--state-id",
+        "fleet:ok",
+        *SECRET_FLAG,
+        "--metrics-file",  # records are counted for the metrics
+        str(cli.cwd / "ok.prom"),
+        input=_stream(3, {"n": 1}),
+    )
     assert ok.returncode == 0, ok.stderr
     assert cli("--state-id", "fleet:failed", input=_stream(1, {"n": 1})).returncode == 0
     failed = cli(
@@ -130,6 +137,7 @@ def test_each_run_leaves_a_record_of_how_it_ended(store_cli: StoreCli) -> None:
     assert first["outcome"] == "succeeded"
     assert failed["outcome"] == "failed"
     assert failed["exit_code"] == 6
+    assert failed["records"] is None  # not counted without metrics
     assert failed["states_seen"] == 1
     assert failed["states_committed"] == 0
 

@@ -161,7 +161,7 @@ def runs_table(state_id: str, shown: list[tuple[runs.RunRecord, str]]) -> str:
                 r.run_id,
                 _outcome_word(r, outcome),
                 "-" if r.duration is None else f"{r.duration:.1f}s",
-                str(r.records),
+                "-" if r.records is None else str(r.records),
                 f"{r.states_committed}/{r.states_seen}",
                 r.host,
                 str(r.pid),

@@ -86,7 +86,9 @@ class RunRecord:
     ended_at: float | None = None
     exit_code: int | None = None
     signal: str | None = None
-    records: int = 0
+    #: RECORD messages passed, when counted (``--metrics-file``, or ``run`` on a terminal):
+    #: counting them scans every chunk, which the filter otherwise never does.
+    records: int | None = None
     bytes_passed: int = 0
     states_seen: int = 0
     states_committed: int = 0
@@ -124,7 +126,7 @@ class RunRecord:
                 ended_at=_epoch(raw.get("ended_at")),
                 exit_code=None if raw.get("exit_code") is None else int(raw["exit_code"]),
                 signal=None if raw.get("signal") is None else str(raw["signal"]),
-                records=int(raw.get("records") or 0),
+                records=None if raw.get("records") is None else int(raw["records"]),
                 bytes_passed=int(raw.get("bytes") or 0),
                 states_seen=int(raw.get("states_seen") or 0),
                 states_committed=int(raw.get("states_committed") or 0),

@@ -154,8 +154,11 @@ def _scanner(
     """What reads the stream's lines: committing states, and counting for the metrics and
     the run's record."""
     on_bad = _on_bad(strict)
-    counting = metrics.CountingScanner(session.offer, on_bad, after_target)
-    run_log.counts = lambda: runlog.Counts(counting.records, counting.bytes, counting.states)
+    counted = run_metrics is not None  # records only for metrics: a scan of every chunk
+    counting = metrics.CountingScanner(session.offer, on_bad, after_target, counted)
+    run_log.counts = lambda: runlog.Counts(
+        counting.records if counted else None, counting.bytes, counting.states
+    )
     if run_metrics is None:
         return counting
     run_metrics.bytes = lambda: counting.bytes

@@ -79,7 +79,9 @@ def families(pipelines: list[Watched], max_ages: MaxAges, now: float) -> Iterato
     )
     exit_code = gauge("last_run_exit_code", "The last run's exit status.")
     duration = gauge("last_run_duration_seconds", "How long the last ended run took.")
-    records = gauge("last_run_records", "RECORD messages the last ended run passed.")
+    records = gauge(
+        "last_run_records", "RECORD messages the last ended run passed (where it counted them)."
+    )
     held = gauge("lease_held", "1 while a run holds the lease (not expired), 0 else.")
     expires = gauge("lease_expires_timestamp_seconds", "When the held lease expires.")
     held_for = gauge("lease_held_seconds", "How long the lease has been held by its run.")
@@ -105,7 +107,8 @@ def families(pipelines: list[Watched], max_ages: MaxAges, now: float) -> Iterato
         if r.ended_at is not None:
             ended.add_metric(sid, r.ended_at)
             duration.add_metric(sid, r.duration or 0.0)
-            records.add_metric(sid, r.records)
+            if r.records is not None:
+                records.add_metric(sid, r.records)
         if r.exit_code is not None:
             exit_code.add_metric(sid, r.exit_code)
     yield from (commit, max_age, started, ended, outcome, exit_code, duration, records)

@@ -244,7 +244,9 @@ def _run_pipeline(
         children = Children(tap_cmd, target_cmd)
         progress = _start_progress(settings, session, run_metrics)
         run_log.counts = lambda: runlog.Counts(
-            progress.counter.records, progress.counter.bytes, progress.confirmed
+            progress.counter.records if progress.counter.count_records else None,
+            progress.counter.bytes,
+            progress.confirmed,
         )
         outcome = _supervise(children, session, progress)
         session.finish()  # the last target-confirmed state; raises if the lease was lost
@@ -264,7 +266,8 @@ def _start_progress(
 ) -> Progress:
     """The run's counters, wired to the metrics, and the terminal's progress line if any."""
     show_progress = sys.stderr.isatty() and settings.log_format == "text"
-    progress = Progress(LineCounter(count_records=True))  # for the metrics and the run record
+    counted = show_progress or run_metrics is not None  # records: a scan of every chunk
+    progress = Progress(LineCounter(count_records=counted))
     if run_metrics is not None:
         run_metrics.bytes = lambda: progress.counter.bytes
         run_metrics.records = lambda: progress.counter.records

@@ -36,9 +36,10 @@ _STOPPING = {128 + s: s.name for s in (signal.SIGINT, signal.SIGTERM, signal.SIG
 
 @dataclasses.dataclass
 class Counts:
-    """What the run passed: records, bytes and the STATE messages it saw."""
+    """What the run passed: records (``None`` when not counted), bytes and the STATE
+    messages it saw."""
 
-    records: int = 0
+    records: int | None = None
     bytes: int = 0
     states: int = 0
 
