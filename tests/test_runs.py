@@ -152,6 +152,7 @@ def test_each_run_leaves_a_record_of_how_it_ended(store_cli: StoreCli) -> None:
     )
     assert killed[0]["ended_at"] is None
     assert killed[0]["mode"] == "exec"
+    assert killed[0]["bytes"] is None  # exec passes no data itself
 
     table = cli("runs", "fleet:failed")
     assert table.returncode == 0

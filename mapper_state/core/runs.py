@@ -89,7 +89,8 @@ class RunRecord:
     #: RECORD messages passed, when counted (``--metrics-file``, or ``run`` on a terminal):
     #: counting them scans every chunk, which the filter otherwise never does.
     records: int | None = None
-    bytes_passed: int = 0
+    #: Bytes passed through mapper-state (``None`` for ``exec``: its command's own I/O).
+    bytes_passed: int | None = None
     states_seen: int = 0
     states_committed: int = 0
     lease_wait_seconds: float = 0.0
@@ -127,7 +128,7 @@ class RunRecord:
                 exit_code=None if raw.get("exit_code") is None else int(raw["exit_code"]),
                 signal=None if raw.get("signal") is None else str(raw["signal"]),
                 records=None if raw.get("records") is None else int(raw["records"]),
-                bytes_passed=int(raw.get("bytes") or 0),
+                bytes_passed=None if raw.get("bytes") is None else int(raw["bytes"]),
                 states_seen=int(raw.get("states_seen") or 0),
                 states_committed=int(raw.get("states_committed") or 0),
                 lease_wait_seconds=float(raw.get("lease_wait_seconds") or 0.0),

@@ -36,11 +36,11 @@ _STOPPING = {128 + s: s.name for s in (signal.SIGINT, signal.SIGTERM, signal.SIG
 
 @dataclasses.dataclass
 class Counts:
-    """What the run passed: records (``None`` when not counted), bytes and the STATE
-    messages it saw."""
+    """What the run passed: records (``None`` when not counted), bytes (``None`` for
+    ``exec``, which passes none itself) and the STATE messages it saw."""
 
     records: int | None = None
-    bytes: int = 0
+    bytes: int | None = None
     states: int = 0
 
 
