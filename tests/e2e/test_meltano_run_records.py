@@ -26,7 +26,9 @@ STATE_ID = "dev:tap-sample-to-target-jsonl"
 
 
 def test_a_meltano_run_is_recorded_with_how_it_ended(
-    tmp_path: Path, meltano_addon: Path, file_backend: Backend
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
 ) -> None:
     data = tmp_path / "events.jsonl"
     add_rows(data, 5)
