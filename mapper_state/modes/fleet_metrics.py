@@ -191,16 +191,28 @@ def _handler(exposition: Exposition) -> type[BaseHTTPRequestHandler]:
         do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
         def _answer(self, status: int, body: bytes, kind: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the scraper gave up (its scrape_timeout); the look is cached all the same
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # one line per scrape would drown the logs
 
     return Handler
+
+
+def _first_look(exposition: Exposition) -> None:
+    """Look at the store at once, before the first scrape: on a large store the first look
+    reads every lease and last run record, which may outlast a scrape's timeout."""
+    try:
+        exposition.text()
+    except Exception as exc:  # noqa: BLE001 - the scrapes will say it again
+        log.warning(f"the first look at the store failed: {getattr(exc, 'message', exc)}")
 
 
 def serve(exposition: Exposition, listen: str, ready: Callable[[str], None]) -> None:
@@ -211,6 +223,7 @@ def serve(exposition: Exposition, listen: str, ready: Callable[[str], None]) -> 
     except OSError as exc:
         raise ConfigError(f"--listen {listen}: {exc.strerror}") from None
     server.daemon_threads = True
+    threading.Thread(target=_first_look, args=(exposition,), daemon=True).start()
     bound_host, bound_port = server.server_address[:2]
     ready(f"{bound_host!s}:{bound_port}" if isinstance(bound_host, str) else f":{bound_port}")
     try:
