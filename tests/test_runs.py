@@ -41,7 +41,7 @@ def wait_for(what: str, check: Any, seconds: float = 20.0) -> Any:
 
 
 def killed_exec(cli: StoreCli, state_id: str) -> None:
-    """``exec`` holding the lease (1 s TTL) on ``state_id``, SIGKILLed once its record shows
+    """``exec`` holding the lease (3 s TTL) on ``state_id``, SIGKILLed once its record shows
     it running: no end is ever written."""
     proc = subprocess.Popen(
         [
@@ -50,7 +50,7 @@ def killed_exec(cli: StoreCli, state_id: str) -> None:
             "--state-id",
             state_id,
             "--lock-timeout-seconds",
-            "1",
+            "3",
             "--",
             "sleep",
             "60",
@@ -62,10 +62,17 @@ def killed_exec(cli: StoreCli, state_id: str) -> None:
     try:
         wait_for(
             "the running record",
-            lambda: [r for r in runs_of(cli, state_id) if r["outcome"] == "running"],
+            lambda: (
+                proc.poll() is not None
+                or [r for r in runs_of(cli, state_id) if r["outcome"] == "running"]
+            ),
+            seconds=60,
         )
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
         proc.send_signal(signal.SIGKILL)
     finally:
+        if proc.poll() is None:
+            proc.kill()
         proc.wait(timeout=30)
 
 
