@@ -228,3 +228,23 @@ def test_a_run_inside_exec_is_recorded_once_as_the_exec(store_cli: StoreCli) -> 
     assert run["mode"] == "exec"
     assert run["outcome"] == "succeeded"
     assert os.fspath(MAPPER).rsplit("/", 1)[-1] in run["command"]
+
+
+def test_a_lock_only_exec_is_listed_but_never_stale(store_cli: StoreCli) -> None:
+    """``exec`` around a command that keeps no state: its runs show, it has no state to go stale."""
+    cli = store_cli
+    result = subprocess.run(
+        [MAPPER, "exec", "--state-id", "nightly:dbt", "--", "true"],
+        env=clean_env(**cli.env),
+        cwd=cli.cwd,
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    long = json.loads(cli("state", "list", "--long", "--format", "json").stdout)
+    assert [(p["state_id"], p["last_written"], p["last_run"]["outcome"]) for p in long] == [
+        ("nightly:dbt", None, "succeeded")
+    ]
+    stale = cli("state", "list", "--stale", "0s", "--format", "json")
+    assert stale.returncode == 0, stale.stderr
+    assert json.loads(stale.stdout) == []

@@ -60,6 +60,8 @@ class Pipeline:
     holder: LeaseRecord | None = None
     #: The name of the newest run record, if any (from the listing).
     newest_run: str | None = None
+    #: ``False`` for a state ID known only by its run records (no state written yet).
+    has_state: bool = True
     #: That record, and the outcome it shows (read with the details).
     last_run: runs.RunRecord | None = None
     last_outcome: str | None = None
@@ -128,6 +130,7 @@ def survey(store: BlobStore, pattern: str | None = None) -> list[Pipeline]:
                     0,
                     has_lease=state_id in leases,
                     newest_run=run_records.name_of(last_runs[state_id]),
+                    has_state=False,
                 )
             )
     return sorted(pipelines, key=lambda p: p.state_id)
@@ -205,9 +208,12 @@ def details(store: BlobStore, pipelines: list[Pipeline]) -> list[Pipeline]:
 
 
 def stale(pipelines: list[Pipeline], seconds: float, now: float | None = None) -> list[Pipeline]:
-    """The pipelines whose state has not moved for ``seconds`` (or whose age is unknown)."""
+    """The pipelines whose state has not moved for ``seconds`` (or whose age is unknown).
+
+    A state ID with run records but no state (``exec`` around a command that keeps none, a
+    first run that failed) has no state to move: ``--failed`` reports its runs instead."""
     now = time.time() if now is None else now
-    return [p for p in pipelines if (age := p.age(now)) is None or age >= seconds]
+    return [p for p in pipelines if p.has_state and ((age := p.age(now)) is None or age >= seconds)]
 
 
 def failed(pipelines: list[Pipeline]) -> list[Pipeline]:
