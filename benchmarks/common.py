@@ -77,6 +77,8 @@ class Scale:
     requests_state_every: int
     backend_list_ids: int  # state IDs listed by `meltano state list`, each backend
     race_writers: int  # concurrent `meltano state merge` per round of the backends' race
+    watch_pipelines: int  # state IDs scraped by `metrics serve`
+    watch_runs: int  # run records per state ID in that bucket
 
 
 DEFAULT = Scale(
@@ -100,6 +102,8 @@ DEFAULT = Scale(
     requests_state_every=100,
     backend_list_ids=5_000,
     race_writers=8,
+    watch_pipelines=5_000,
+    watch_runs=10,
 )
 
 TINY = Scale(
@@ -123,6 +127,8 @@ TINY = Scale(
     requests_state_every=20,
     backend_list_ids=50,
     race_writers=2,
+    watch_pipelines=20,
+    watch_runs=3,
 )
 
 SCALES = {s.name: s for s in (DEFAULT, TINY)}

@@ -21,6 +21,7 @@ fleet      pipelines x replicas started at once on one bucket (``fleet.py``)
 requests   requests per run on S3 against Meltano's S3 backend (``requests_per_run.py``)
 meltano-   Meltano's S3 state backend against the add-on: requests per ``state set`` and
 backend    per ``run``, ``state list`` of 5,000 IDs, the merge race (``meltano_backend.py``)
+watch      one Prometheus scrape of ``metrics serve`` over 5,000 pipelines (``watch.py``)
 =========  ==========================================================================
 
 Results go to ``benchmarks/results/`` (regenerated, not committed): ``<section>.json``
@@ -56,6 +57,7 @@ from benchmarks import (
     pipeline,
     requests_per_run,
     throughput,
+    watch,
 )
 from benchmarks.common import (
     ROOT,
@@ -76,6 +78,7 @@ SECTIONS: dict[str, Measure] = {
     "fleet": fleet.measure,
     "requests": requests_per_run.measure,
     "meltano-backend": meltano_backend.measure,
+    "watch": watch.measure,
 }
 HEADER = ["measure", "mapper-state", "compared with", "ratio / detail", "goal", "met"]
 README = ROOT / "README.md"

@@ -30,6 +30,8 @@ LEASE_NAME = "mapper-state.lease.json"
 def key_kind(key: str) -> str:
     """What a key is, without the prefix and the state ID."""
     name = key.rsplit("/", 1)[-1]
+    if "/.mapper-state/runs/" in f"/{key}":
+        return "run record"
     if "/history/" in f"/{key}":
         return "history"
     if name == LEASE_NAME:
@@ -47,6 +49,8 @@ def classify(entry: dict[str, Any]) -> str:
         if method == "GET" and ("list-type" in query or "prefix" in query):
             prefix = query.get("prefix", [""])[0]
             kind = "history/" if prefix.rstrip("/").endswith("/history") else "prefix"
+            if "/.mapper-state/runs" in f"/{prefix}":
+                kind = "run records"
             return f"LIST {kind}"
         if method == "POST" and "delete" in query:
             return "DELETE (batch)"

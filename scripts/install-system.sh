@@ -3,7 +3,8 @@
 # end-to-end tests start a throw-away cluster), Node.js with npm (Azurite) and Ceph's
 # monitor, OSD and RADOS Gateway (the tests start a one-node cluster as a second S3); where
 # no Docker engine works, Podman with runc and mmdebstrap (tests/test_container.py builds the
-# image on a base made from Debian's packages: scripts/container.sh).
+# image on a base made from Debian's packages: scripts/container.sh); Prometheus with
+# promtool (the fleet alert rules are checked by promtool and fired by a real server).
 # Installs with apt-get only what is missing, and only when it can (root, apt-get);
 # otherwise it says what to install and lets the tests fail with their own message.
 set -euo pipefail
@@ -23,6 +24,10 @@ if ! { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }; then
   command -v runc >/dev/null 2>&1 || containers+=(runc)
   command -v mmdebstrap >/dev/null 2>&1 || containers+=(mmdebstrap)
 fi
+# the Prometheus server and promtool, without the exporters Debian recommends
+for binary in prometheus promtool; do
+  command -v "$binary" >/dev/null 2>&1 || { containers+=(prometheus); break; }
+done
 [[ ${#missing[@]} -eq 0 && ${#containers[@]} -eq 0 ]] && exit 0
 
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

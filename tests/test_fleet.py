@@ -71,6 +71,8 @@ def test_list_long_shows_writer_age_lease_and_snapshots(store_cli: StoreCli) -> 
         "AGE",
         "WRITER",
         "SNAPSHOTS",
+        "LAST",
+        "RUN",
         "LEASE",
     ]
     assert lines[1].startswith("dev:a ")
@@ -126,7 +128,7 @@ def test_durations() -> None:
 
 
 @pytest.mark.cloud
-def test_the_fleet_view_costs_two_listings_and_a_read_per_state(s3_location) -> None:  # type: ignore[no-untyped-def]
+def test_the_fleet_view_costs_three_listings_and_a_read_per_state(s3_location) -> None:  # type: ignore[no-untyped-def]
     from mapper_state.core import history, state
 
     store = s3_location.open()
@@ -155,6 +157,7 @@ def test_the_fleet_view_costs_two_listings_and_a_read_per_state(s3_location) -> 
     pipelines = fleet.details(store, fleet.survey(store))
     assert [p.snapshots for p in pipelines] == [5, 5, 5, 5]
     assert all(p.writer_run_id == "r4" for p in pipelines)
-    # one listing of the states, one of the history; then the state and newest snapshot each
-    assert calls.count("_list_page") == 2
+    # one listing of the states, one of the history, one of the run records; then the
+    # state and newest snapshot each (no run record here: none to read)
+    assert calls.count("_list_page") == 3
     assert calls.count("read") == 8

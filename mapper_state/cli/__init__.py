@@ -40,7 +40,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("mapper_state.cli.doctor", "doctor_command"),
     "exec": ("mapper_state.cli.exec", "exec_command"),
     "lock": ("mapper_state.cli.lock", "lock_group"),
+    "metrics": ("mapper_state.cli.metrics", "metrics_command"),
     "run": ("mapper_state.cli.run", "run_command"),
+    "runs": ("mapper_state.cli.runs", "runs_command"),
     "state": ("mapper_state.cli.state", "state_group"),
 }
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mapper_state import jsonio
-from mapper_state.ops import diff, fleet
+from mapper_state.ops import diff, fleet, runs
 from mapper_state.ops.commands import LeaseRecord, LeaseStatus, Snapshot, format_time, iso_time
 from mapper_state.redact import redact_known
 
@@ -76,6 +76,7 @@ def pipeline_doc(p: fleet.Pipeline, now: float) -> dict[str, Any]:
         "writer_run_id": p.writer_run_id,
         "lease": lease,
         "snapshots": p.snapshots,
+        "last_run": None if p.last_run is None else run_doc(p.last_run, p.last_outcome or ""),
     }
 
 
@@ -90,7 +91,7 @@ def _lease_text(p: fleet.Pipeline, now: float) -> str:
 
 
 def fleet_table(pipelines: list[fleet.Pipeline], now: float) -> str:
-    rows = [("STATE ID", "LAST WRITTEN (UTC)", "AGE", "WRITER", "SNAPSHOTS", "LEASE")]
+    rows = [("STATE ID", "LAST WRITTEN (UTC)", "AGE", "WRITER", "SNAPSHOTS", "LAST RUN", "LEASE")]
     for p in pipelines:
         age = p.age(now)
         written = "-" if p.last_written is None else _utc(format_time(p.last_written))
@@ -101,7 +102,69 @@ def fleet_table(pipelines: list[fleet.Pipeline], now: float) -> str:
                 "unknown" if age is None else ago(age),
                 p.writer_run_id or "-",
                 str(p.snapshots),
+                "-" if p.last_run is None else _outcome_text(p.last_run, p.last_outcome, now),
                 _lease_text(p, now),
+            )
+        )
+    return "\n".join(_columns(rows)) + "\n"
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+def run_doc(r: runs.RunRecord, outcome: str) -> dict[str, Any]:
+    """One run record as ``runs --format json`` and ``state list --long`` print it."""
+    return {
+        "run_id": r.run_id,
+        "outcome": outcome,
+        "exit_code": r.exit_code,
+        "signal": r.signal,
+        "started_at": runs.iso(r.started_at),
+        "ended_at": runs.iso(r.ended_at),
+        "duration_seconds": None if r.duration is None else round(r.duration, 3),
+        "host": r.host,
+        "pid": r.pid,
+        "mode": r.mode,
+        "command": redact_known(r.command),
+        "records": r.records,
+        "bytes": r.bytes_passed,
+        "states_seen": r.states_seen,
+        "states_committed": r.states_committed,
+        "lease_wait_seconds": r.lease_wait_seconds,
+    }
+
+
+def _outcome_word(r: runs.RunRecord, outcome: str | None) -> str:
+    """``failed (exit 8)``, ``signalled (SIGTERM)``, ``killed``: how the run ended."""
+    outcome = outcome or r.status
+    if outcome == runs.FAILED and r.exit_code is not None:
+        return f"{outcome} (exit {r.exit_code})"
+    if outcome == runs.SIGNALLED and r.signal:
+        return f"{outcome} ({r.signal})"
+    return outcome
+
+
+def _outcome_text(r: runs.RunRecord, outcome: str | None, now: float) -> str:
+    """``failed (exit 8) 2m ago``: how the run ended, and when (or started, if it has not)."""
+    when = r.ended_at if r.ended_at is not None else r.started_at
+    return f"{_outcome_word(r, outcome)} {since(when, now)}"
+
+
+def runs_table(state_id: str, shown: list[tuple[runs.RunRecord, str]]) -> str:
+    if not shown:
+        return f"no run records of {state_id}\n"
+    rows = [("STARTED (UTC)", "RUN ID", "OUTCOME", "DURATION", "RECORDS", "STATES", "HOST", "PID")]
+    for r, outcome in shown:
+        rows.append(
+            (
+                _utc(runs.iso(r.started_at) or "-"),
+                r.run_id,
+                _outcome_word(r, outcome),
+                "-" if r.duration is None else f"{r.duration:.1f}s",
+                "-" if r.records is None else str(r.records),
+                f"{r.states_committed}/{r.states_seen}",
+                r.host,
+                str(r.pid),
             )
         )
     return "\n".join(_columns(rows)) + "\n"

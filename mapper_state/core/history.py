@@ -30,6 +30,7 @@ from typing import Any
 
 from mapper_state import jsonio, log, runtime
 from mapper_state.core.lease import current_command
+from mapper_state.core.state import RESERVED_PREFIX
 from mapper_state.errors import BadInput, StateNotFound
 from mapper_state.stores.base import BlobStore, PreconditionFailed, StoreError, listing
 
@@ -190,7 +191,7 @@ def migrate_legacy(store: BlobStore) -> int:
     """
     marker = f"/{LEGACY_DIR}/"
     by_state: dict[str, dict[str, str]] = {}
-    for entry in listing(store, "", exclude=HISTORY_ROOT):
+    for entry in listing(store, "", exclude=f"{RESERVED_PREFIX}/"):  # history, run records
         state_id, _, rest = entry.key.rpartition(marker)
         name = rest.removesuffix(".json")
         if state_id and rest.endswith(".json") and _NAME.match(name):

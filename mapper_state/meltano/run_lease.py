@@ -54,6 +54,7 @@ import click
 
 from mapper_state import log
 from mapper_state.core import inherited
+from mapper_state.core.recorder import RunRecorder, exit_code_of
 from mapper_state.errors import LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.meltano import backend_schemes
 from mapper_state.stores import split_uri
@@ -101,8 +102,16 @@ def _guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
             from meltano.core.project_settings_service import ProjectSettingsService
 
             ProjectSettingsService.config_override["database_uri"] = kwargs["database_uri"]
-        hold_for_run(ctx.command.name or "", kwargs, ctx.obj or {})
-        return callback(*args, **kwargs)
+        run = hold_for_run(ctx.command.name or "", kwargs, ctx.obj or {})
+        if run is None:
+            return callback(*args, **kwargs)
+        try:  # the run's records end with how Meltano's command ended
+            result = callback(*args, **kwargs)
+        except BaseException as exc:
+            run.ended(exit_code_of(exc))
+            raise
+        run.ended(0)
+        return result
 
     setattr(guarded, _ARMED, True)
     return guarded
@@ -179,6 +188,8 @@ class RunLeases:
 
     manager: Any  #: the add-on's state store manager, whose store holds the leases
     leases: list[inherited.AnyLease] = field(default_factory=list)
+    #: Each lease's run record in the store (:mod:`mapper_state.core.recorder`).
+    recorders: list[RunRecorder] = field(default_factory=list)
 
     def take(self, state_ids: list[str], wait: float) -> None:
         """Take each lease in order (every run takes them in the same order), or none."""
@@ -186,15 +197,22 @@ class RunLeases:
         for state_id in sorted(state_ids):
             lease = inherited.lease_for(store, state_id, settings)
             lease.wait = wait
+            recorder = RunRecorder(store, keep=settings.runs_keep, mode="meltano", waits=wait > 0)
             try:
-                lease.acquire()
+                recorder.acquire(lease)
             except BaseException:
                 self.release()
                 raise
+            self.recorders.append(recorder)
             self.leases.append(lease)
             lease.start_heartbeat(on_lost=_stop_the_run)
             held = inherited.HeldLease(state_id, lease.run_id, store.display_uri)
             _export(inherited.with_held(held))
+
+    def ended(self, code: int) -> None:
+        """Meltano's command ended with exit status ``code``: end every run record."""
+        for recorder in self.recorders:
+            recorder.end(code)
 
     def release(self) -> None:
         for lease in reversed(self.leases):
@@ -246,16 +264,19 @@ def _uses_the_addon(project: Any) -> bool:
     return split_uri(uri)[0] in backend_schemes.schemes()
 
 
-def hold_for_run(command: str, params: Mapping[str, Any], obj: Mapping[str, Any]) -> None:
-    """Take the leases of the run about to start, or exit 3 naming the holder."""
+def hold_for_run(
+    command: str, params: Mapping[str, Any], obj: Mapping[str, Any]
+) -> RunLeases | None:
+    """Take the leases of the run about to start (``None`` when it takes none), or exit 3
+    naming the holder."""
     from mapper_state.meltano.backend import Refused
 
     project = obj.get("project")
     if project is None or not _uses_the_addon(project):
-        return
+        return None
     state_ids = planned_state_ids(command, params, project)
     if not state_ids:
-        return
+        return None
     from meltano.core.state_store import state_store_manager_from_project_settings
 
     try:
@@ -276,3 +297,4 @@ def hold_for_run(command: str, params: Mapping[str, Any], obj: Mapping[str, Any]
         f"holding the lease on {', '.join(sorted(state_ids))} until Meltano exits",
         run_id=run.leases[0].run_id if run.leases else "",
     )
+    return run

@@ -29,6 +29,7 @@ from mapper_state import log, signals
 from mapper_state.core import inherited, state
 from mapper_state.core.lease import skew_allowance
 from mapper_state.errors import ConfigError, Interrupted, LeaseLost, MapperStateError
+from mapper_state.modes import runlog
 from mapper_state.redact import flag_secrets
 from mapper_state.settings import Settings
 from mapper_state.stores import open_configured_store
@@ -139,11 +140,13 @@ def run_exec(settings: Settings, argv: list[str]) -> int:
     command = Command(argv)
     secrets = [*settings.secrets(), *flag_secrets(argv)]
     lease = inherited.lease_for(store, state_id, settings, secrets=secrets)
+    run_log = runlog.RunLog(settings, "exec", store)  # the run's record in the store
     with contextlib.ExitStack() as stack:
         stack.callback(store.close)
+        stack.enter_context(run_log)  # ended once the lease is released, with the exit status
         stack.enter_context(forwarding(command))
         stack.callback(_release, lease)  # before it is taken: a signal may come right after
-        lease.acquire()
+        run_log.acquire(lease)
         lease.start_heartbeat(on_lost=lambda error: command.stop(error, _kill_at(lease)))
         held = inherited.HeldLease(state_id, lease.run_id, store.display_uri)
         command.start(inherited.with_held(held))
@@ -156,6 +159,7 @@ def run_exec(settings: Settings, argv: list[str]) -> int:
             )
         if command.received is not None:
             log.info(f"forwarded {signal.Signals(command.received).name} to the command")
+        run_log.code = code
     return code
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from mapper_state import log, signals
 from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import BadInput, ConfigError, DownstreamClosed, ExitCode, Interrupted
-from mapper_state.modes import metrics
+from mapper_state.modes import metrics, runlog
 from mapper_state.settings import Settings
 from mapper_state.stream import handoff
 from mapper_state.stream.pump import LineScanner, pump
@@ -52,16 +52,20 @@ def run_filter(
     except ConfigError:
         release_tap(state_file)
         raise
-    return metrics.measured(
-        run_metrics,
-        lambda: _run_filter(
-            settings,
-            state_file=state_file,
-            hooks=hooks,
-            after_target=after_target,
-            input_path=input_path,
-            run_metrics=run_metrics,
-        ),
+    run_log = runlog.RunLog(settings, "filter")  # the run's record in the store
+    return run_log.recorded(
+        lambda: metrics.measured(
+            run_metrics,
+            lambda: _run_filter(
+                settings,
+                state_file=state_file,
+                hooks=hooks,
+                after_target=after_target,
+                input_path=input_path,
+                run_metrics=run_metrics,
+                run_log=run_log,
+            ),
+        )
     )
 
 
@@ -73,17 +77,18 @@ def _run_filter(
     after_target: bool,
     input_path: str | None,
     run_metrics: metrics.RunMetrics | None,
+    run_log: runlog.RunLog,
 ) -> int:
     with contextlib.ExitStack() as stack:
         src = _open_input(input_path, stack)
         session: Session | None = None
         stack.enter_context(signals.raising(wake=lambda: session.check() if session else None))
-        session = _start_session(settings, hooks, state_file, run_metrics, stack)
+        session = _start_session(settings, hooks, state_file, run_metrics, stack, run_log)
         try:
             writer = handoff.hand_off(state_file, session.handoff_value) if state_file else None
             if writer is not None:  # stopped before the session ends
                 stack.callback(writer.stop)
-            scanner = _scanner(session, settings.strict, after_target, run_metrics)
+            scanner = _scanner(session, settings.strict, after_target, run_metrics, run_log)
             stats = pump(
                 src, sys.stdout.fileno(), scanner, check=session.check, scan_first=after_target
             )
@@ -125,27 +130,37 @@ def _start_session(
     state_file: str | None,
     run_metrics: metrics.RunMetrics | None,
     stack: contextlib.ExitStack,
+    run_log: runlog.RunLog,
 ) -> Session:
     """The run's session, entered on ``stack``; if it cannot start, the tap's reader of
     ``state_file`` is let go so that the tap does not wait for a state that never comes."""
     try:
-        session = Session(settings, hooks=hooks)
+        session = Session(settings, store=run_log.store_for_session(), hooks=hooks)
         if run_metrics is not None:
             run_metrics.session = session  # the lease wait counts even if it fails
-        return stack.enter_context(session)
+        return run_log.enter(session, stack)
     except BaseException:
         release_tap(state_file)
         raise
 
 
 def _scanner(
-    session: Session, strict: bool, after_target: bool, run_metrics: metrics.RunMetrics | None
+    session: Session,
+    strict: bool,
+    after_target: bool,
+    run_metrics: metrics.RunMetrics | None,
+    run_log: runlog.RunLog,
 ) -> LineScanner:
-    """What reads the stream's lines: committing states, and counting for the metrics."""
+    """What reads the stream's lines: committing states, and counting for the metrics and
+    the run's record."""
     on_bad = _on_bad(strict)
+    counted = run_metrics is not None  # records only for metrics: a scan of every chunk
+    counting = metrics.CountingScanner(session.offer, on_bad, after_target, counted)
+    run_log.counts = lambda: runlog.Counts(
+        counting.records if counted else None, counting.bytes, counting.states
+    )
     if run_metrics is None:
-        return LineScanner(session.offer, on_bad, after_target)
-    counting = metrics.CountingScanner(session.offer, on_bad, after_target)
+        return counting
     run_metrics.bytes = lambda: counting.bytes
     run_metrics.records = lambda: counting.records
     run_metrics.states = lambda: counting.states

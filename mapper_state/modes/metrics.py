@@ -177,15 +177,24 @@ def attach(metrics: RunMetrics | None, session: Session) -> None:
 
 
 class CountingScanner(LineScanner):
-    """The filter's scanner, counting the bytes and RECORD messages it is fed."""
+    """The filter's scanner, counting the bytes and (with ``count_records``, as metrics do:
+    a scan of every chunk) the RECORD messages it is fed."""
 
-    def __init__(self, on_state: OnState, on_bad: OnBad, after_target: bool = False) -> None:
+    def __init__(
+        self,
+        on_state: OnState,
+        on_bad: OnBad,
+        after_target: bool = False,
+        count_records: bool = True,
+    ) -> None:
         super().__init__(on_state, on_bad, after_target)
         self.bytes = 0
         self.records = 0
+        self.count_records = count_records
 
     def feed(self, chunk: bytes | bytearray, end: int | None = None) -> None:
         end = len(chunk) if end is None else end
         self.bytes += end
-        self.records += count_records(chunk, end)
+        if self.count_records:
+            self.records += count_records(chunk, end)
         super().feed(chunk, end)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from mapper_state import jsonio, log, signals
 from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
-from mapper_state.modes import metrics
+from mapper_state.modes import metrics, runlog
 from mapper_state.settings import Settings
 from mapper_state.stream.pump import CHUNK, LineScanner, enlarge_pipe, pump
 
@@ -213,8 +213,12 @@ def run_pipeline(settings: Settings, hooks: RunHooks | None = None) -> int:
     """Run tap | target under the lease; return the exit code (README, exit codes)."""
     tap_cmd, target_cmd = command_line(settings, "tap"), command_line(settings, "target")
     run_metrics = metrics.open_metrics(settings)
-    return metrics.measured(
-        run_metrics, lambda: _run_pipeline(settings, hooks, tap_cmd, target_cmd, run_metrics)
+    run_log = runlog.RunLog(settings, "run")  # the run's record in the store
+    return run_log.recorded(
+        lambda: metrics.measured(
+            run_metrics,
+            lambda: _run_pipeline(settings, hooks, tap_cmd, target_cmd, run_metrics, run_log),
+        )
     )
 
 
@@ -224,20 +228,26 @@ def _run_pipeline(
     tap_cmd: list[str],
     target_cmd: list[str],
     run_metrics: metrics.RunMetrics | None,
+    run_log: runlog.RunLog,
 ) -> int:
-    session = Session(settings, hooks=hooks)
+    session = Session(settings, store=run_log.store_for_session(), hooks=hooks)
     if run_metrics is not None:
         run_metrics.session = session  # the lease wait counts even if it fails
     with (
         # SIGTERM before the children run still releases the lease; a lost lease stops all
         signals.raising(wake=session.check),
-        session,
-        private_state_file(session) as state_path,
+        contextlib.ExitStack() as leased,
+        private_state_file(run_log.enter(session, leased)) as state_path,
     ):
         if state_path:
             tap_cmd = [*tap_cmd, "--state", state_path]
         children = Children(tap_cmd, target_cmd)
         progress = _start_progress(settings, session, run_metrics)
+        run_log.counts = lambda: runlog.Counts(
+            progress.counter.records if progress.counter.count_records else None,
+            progress.counter.bytes,
+            progress.confirmed,
+        )
         outcome = _supervise(children, session, progress)
         session.finish()  # the last target-confirmed state; raises if the lease was lost
         log.info(
@@ -256,7 +266,8 @@ def _start_progress(
 ) -> Progress:
     """The run's counters, wired to the metrics, and the terminal's progress line if any."""
     show_progress = sys.stderr.isatty() and settings.log_format == "text"
-    progress = Progress(LineCounter(count_records=show_progress or run_metrics is not None))
+    counted = show_progress or run_metrics is not None  # records: a scan of every chunk
+    progress = Progress(LineCounter(count_records=counted))
     if run_metrics is not None:
         run_metrics.bytes = lambda: progress.counter.bytes
         run_metrics.records = lambda: progress.counter.records

@@ -9,6 +9,8 @@ and run ID). Then, concurrently and only where needed, one read of each state (f
 the writer's run ID it records), of each lease that exists, and of the newest
 snapshot when the state does not record its writer. ``--stale`` needs only the
 listings to know which pipelines have not moved, and reads the rest for those alone.
+A third listing, of the run records (:mod:`mapper_state.core.runs`), names each state
+ID's last run; its record is read with the rest (``--failed`` reads it for every state).
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import re
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 from mapper_state import jsonio
-from mapper_state.core import history, state
+from mapper_state.core import history, runs, state
 from mapper_state.core.lease import LEASE_FILE, LeaseRecord, lease_key
 from mapper_state.errors import ConfigError
+from mapper_state.ops import runs as run_records
 from mapper_state.ops.fetch import fetch_all
+from mapper_state.ops.ids import is_reserved
 from mapper_state.ops.reading import (
     LeaseStatus,
     lease_status,
@@ -59,6 +64,13 @@ class Pipeline:
     writer_run_id: str | None = None
     lease_status: LeaseStatus = LeaseStatus.FREE
     holder: LeaseRecord | None = None
+    #: The name of the newest run record, if any (from the listing).
+    newest_run: str | None = None
+    #: ``False`` for a state ID known only by its run records (no state written yet).
+    has_state: bool = True
+    #: That record, and the outcome it shows (read with the details).
+    last_run: runs.RunRecord | None = None
+    last_outcome: str | None = None
 
     def age(self, now: float) -> float | None:
         return None if self.last_written is None else now - self.last_written
@@ -94,6 +106,7 @@ def survey(store: BlobStore, pattern: str | None = None) -> list[Pipeline]:
                 state_id = head[: -len(history.LEGACY_DIR) - 1]
                 legacy.setdefault(state_id, []).append((name, key))
     snapshots = _history_names(store, prefix)
+    last_runs = run_records.newest_entries(store, prefix)
     pipelines = []
     for state_id, entry in states.items():
         names = {name for name, _ in [*legacy.get(state_id, []), *snapshots.get(state_id, [])]}
@@ -109,8 +122,23 @@ def survey(store: BlobStore, pattern: str | None = None) -> list[Pipeline]:
                 snapshots=len(names),
                 newest_snapshot=newest,
                 has_lease=state_id in leases,
+                newest_run=run_records.name_of(last_runs[state_id])
+                if state_id in last_runs
+                else None,
             )
         )
+    for state_id in sorted(set(last_runs) - set(states)):  # runs that never wrote a state
+        if not (is_reserved(state_id) or (pattern and not fnmatchcase(state_id, pattern))):
+            pipelines.append(
+                Pipeline(
+                    state_id,
+                    None,
+                    0,
+                    has_lease=state_id in leases,
+                    newest_run=run_records.name_of(last_runs[state_id]),
+                    has_state=False,
+                )
+            )
     return sorted(pipelines, key=lambda p: p.state_id)
 
 
@@ -149,9 +177,26 @@ def _details(store: BlobStore, pipeline: Pipeline, now: float) -> Pipeline:
     status, holder = LeaseStatus.FREE, None
     if pipeline.has_lease:
         status, holder = lease_status(store.read(lease_key(pipeline.state_id)), now)
+    last_run, outcome = _last_run(store, pipeline, holder, now)
     return replace(
-        pipeline, writer_run_id=writer, last_written=written, lease_status=status, holder=holder
+        pipeline,
+        writer_run_id=writer,
+        last_written=written,
+        lease_status=status,
+        holder=holder,
+        last_run=last_run,
+        last_outcome=outcome,
     )
+
+
+def _last_run(
+    store: BlobStore, pipeline: Pipeline, holder: LeaseRecord | None, now: float
+) -> tuple[runs.RunRecord | None, str | None]:
+    """The newest run record and the outcome it shows (one read), if there is one."""
+    if pipeline.newest_run is None:
+        return None, None
+    record = runs.read_record(store, pipeline.state_id, pipeline.newest_run)
+    return record, None if record is None else runs.outcome_of(record, holder, now)
 
 
 def details(store: BlobStore, pipelines: list[Pipeline]) -> list[Pipeline]:
@@ -161,6 +206,14 @@ def details(store: BlobStore, pipelines: list[Pipeline]) -> list[Pipeline]:
 
 
 def stale(pipelines: list[Pipeline], seconds: float, now: float | None = None) -> list[Pipeline]:
-    """The pipelines whose state has not moved for ``seconds`` (or whose age is unknown)."""
+    """The pipelines whose state has not moved for ``seconds`` (or whose age is unknown).
+
+    A state ID with run records but no state (``exec`` around a command that keeps none, a
+    first run that failed) has no state to move: ``--failed`` reports its runs instead."""
     now = time.time() if now is None else now
-    return [p for p in pipelines if (age := p.age(now)) is None or age >= seconds]
+    return [p for p in pipelines if p.has_state and ((age := p.age(now)) is None or age >= seconds)]
+
+
+def failed(pipelines: list[Pipeline]) -> list[Pipeline]:
+    """The pipelines (read with :func:`details`) whose last run did not end well."""
+    return [p for p in pipelines if p.last_outcome in run_records.FAILING]

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from typing import Any
 
-from mapper_state.core import history, state
+from mapper_state.core import state
 from mapper_state.core.lease import LeaseRecord, lease_key
 from mapper_state.errors import StateNotFound
 from mapper_state.ops.ids import is_reserved
@@ -22,11 +22,16 @@ def literal_prefix(pattern: str) -> str:
     return pattern[: match.start()] if match else pattern
 
 
+#: What mapper-state keeps for itself (the history, the run records): not states.
+RESERVED_ROOT = ".mapper-state/"
+
+
 def state_keys(store: BlobStore, pattern: str | None = None) -> Iterator[Entry]:
-    """The listing that finds states: everything under the pattern's literal prefix but the
-    history (:data:`history.HISTORY_ROOT`), which the store skips without paging through it."""
+    """The listing that finds states: everything under the pattern's literal prefix but what
+    mapper-state keeps for itself (:data:`RESERVED_ROOT`: the history, the run records), which
+    the store skips without paging through it."""
     prefix = literal_prefix(pattern) if pattern else ""
-    return listing(store, prefix, exclude=history.HISTORY_ROOT)
+    return listing(store, prefix, exclude=RESERVED_ROOT)
 
 
 def list_state_ids(store: BlobStore, pattern: str | None = None) -> list[str]:

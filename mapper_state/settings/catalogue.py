@@ -174,6 +174,13 @@ class RunCatalogue:
         20,
         minimum=0,
     )
+    runs_keep = integer(
+        "runs_keep",
+        "How many run records to keep per state ID for `mapper-state runs`, `state list "
+        "--long` and `mapper-state metrics` (0: none are written).",
+        10,
+        minimum=0,
+    )
     tap = string(
         "tap",
         "`run`: the tap's command line.",

@@ -341,6 +341,10 @@ class SimLock:
             return False
         until = None if timeout is None or timeout < 0 else self.sim.later(timeout)
         self.sim.block(lambda: not self._held, until)
+        return self._take()
+
+    def _take(self) -> bool:
+        """Take the lock if it is free (after a wait: it may have timed out taken)."""
         if self._held:
             return False
         self._held = True

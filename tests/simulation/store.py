@@ -93,7 +93,8 @@ class SimStore:
 
     # -- the interface ---------------------------------------------------------------
     def read(self, key: str) -> Blob | None:
-        return self._call("read", key, lambda: self._objects.get(key))
+        found: Blob | None = self._call("read", key, lambda: self._objects.get(key))
+        return found
 
     def create(self, key: str, data: bytes) -> str:
         def apply() -> str:
@@ -102,7 +103,8 @@ class SimStore:
             return self._put("create", key, data, sent)
 
         sent = self.sim.now
-        return self._call("create", key, apply)
+        version: str = self._call("create", key, apply)
+        return version
 
     def replace(self, key: str, data: bytes, if_version: str) -> str:
         def apply() -> str:
@@ -112,7 +114,8 @@ class SimStore:
             return self._put("replace", key, data, sent)
 
         sent = self.sim.now
-        return self._call("replace", key, apply)
+        version: str = self._call("replace", key, apply)
+        return version
 
     def delete(self, key: str, if_version: str | None = None) -> None:
         mode = self.faults.delete_conditions

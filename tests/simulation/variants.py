@@ -18,6 +18,7 @@ from typing import Any
 from mapper_state.core import commit, inherited, session
 from mapper_state.core.lease import driver, protocol, record
 from mapper_state.core.lease.claim import Applicant, Claim
+from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import Blob, BlobStore, StoreError
 from tests.simulation.world import Plan
 
@@ -79,7 +80,7 @@ def _old_refused(store: BlobStore, claim: Claim, rec: record.LeaseRecord) -> Cla
     holder, blob = record.read_lease(store, claim.state_id)
     if blob is not None and record.is_held_by(holder, claim.owner) and blob.data == rec.to_bytes():
         return claim.at(rec, blob.version)
-    raise protocol.LeaseLost(f"lost the lease on {claim.state_id}")
+    raise LeaseLost(f"lost the lease on {claim.state_id}")
 
 
 def _no_skew(ttl: float) -> float:

@@ -24,6 +24,7 @@ handed; :mod:`tests.simulation.invariants` checks the store's true history.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,12 +157,12 @@ class World:
             c = sim.contender(spec["name"], Clock(spec["offset"], spec["drift"]))
             self.contenders[c.name] = c
             program = self._run_program if spec["kind"] == "run" else self._exec_program
-            thread = sim.spawn(c, lambda p=program, s=spec, c=c: p(c, s), "main")
+            thread = sim.spawn(c, functools.partial(program, c, spec), "main")
             sim.at(spec["start"], thread.start)
             if spec["pause_at"] is not None:
-                sim.at(spec["pause_at"], lambda c=c, s=spec: sim.pause(c, s["pause_for"]))
+                sim.at(spec["pause_at"], functools.partial(sim.pause, c, spec["pause_for"]))
             if spec["kill_at"] is not None:
-                sim.at(spec["kill_at"], lambda c=c: self._kill(c))
+                sim.at(spec["kill_at"], functools.partial(self._kill, c))
         for n, at in enumerate(self.plan.breaks):
             operator = sim.contender(f"operator{n}", Clock())
             thread = sim.spawn(operator, self._operator, "main")
