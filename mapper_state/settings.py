@@ -324,6 +324,19 @@ class Settings:
     strict = _Read("strict", bool)
     log_format = _Read("log_format", _log_format)
 
+    def origin(self, name: str) -> str:
+        """Where a setting's value came from, in words: ``the command line``, ``environment
+        variable MAPPER_STATE_STATE_BACKEND__URI``, ``config file x.json``, a ``meltano.yml``,
+        ``the default``."""
+        source = self.sources.get(name, "")
+        if source == "default":
+            return "the default" + (f" {DEFAULT_URI}" if name == URI_SETTING else "")
+        if source == "command line":
+            return "the command line"
+        if source.isupper() and source.replace("_", "").isalnum():
+            return f"environment variable {source}"
+        return source
+
     def section(self, name: str) -> dict[str, Any]:
         """The ``state_backend.<name>.*`` settings that are set, by short name."""
         prefix = f"state_backend.{name}."

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mapper_state import jsonio
+from mapper_state.ops import commands as ops
 from mapper_state.ops import diff, fleet
 from mapper_state.ops.commands import LeaseRecord, Snapshot, format_time
 from mapper_state.redact import redact_known
@@ -236,14 +237,23 @@ def holder_doc(record: LeaseRecord) -> dict[str, Any]:
     }
 
 
-def lock_status_doc(state_id: str, status: str, record: LeaseRecord | None) -> dict[str, Any]:
-    return {
+def lock_status_doc(
+    state_id: str, status: str, record: LeaseRecord | None, store: str = "", origin: str = ""
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "state_id": state_id,
         "status": status,
-        "free": status != "held",
+        "free": status not in ("held", "broken"),
         "expired": status in ("expired", "unreadable"),
         "holder": holder_doc(record) if record else None,
+        "store": store,
+        "store_from": origin,
     }
+    if record is not None and status == "broken":
+        doc["free_from"] = format_time(record.free_from())
+    if record is not None and status == "held":
+        doc["holder"]["running_here"] = {"alive": True, "gone": False}.get(ops.holder_here(record))
+    return doc
 
 
 def _lock_headline(status: str, record: LeaseRecord | None, now: float) -> str:
@@ -253,14 +263,23 @@ def _lock_headline(status: str, record: LeaseRecord | None, now: float) -> str:
         return "free (no lease)"
     if status == "held":
         return f"held, expires {since(record.expires_at, now)}"
+    if status == "broken":
+        return (
+            f"broken, its holder may still be running: free once it has stopped, at the "
+            f"latest {format_time(record.free_from())} ({since(record.free_from(), now)})"
+        )
     return (
         f"free: the lease expired {since(record.expires_at, now)} without being "
         "released (its holder crashed or was killed?); the next run takes it over"
     )
 
 
-def lock_status_text(state_id: str, status: str, record: LeaseRecord | None, now: float) -> str:
+def lock_status_text(
+    state_id: str, status: str, record: LeaseRecord | None, now: float, store: str = ""
+) -> str:
     lines = [f"{state_id}: {_lock_headline(status, record, now)}"]
+    if store:
+        lines.append(f"  {'store':<9} {store}")
     if record:
         for label, value in (
             ("run id", record.run_id),
@@ -272,4 +291,6 @@ def lock_status_text(state_id: str, status: str, record: LeaseRecord | None, now
             ("expires", f"{format_time(record.expires_at)} ({since(record.expires_at, now)})"),
         ):
             lines.append(f"  {label:<9} {value}")
+        if status == "held" and (note := ops.not_running_note(record)):
+            lines.append(f"  {'note':<9} {note}")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""A lease held by an enclosing run (``mapper-state exec``), as the processes inside it see it.
+"""A lease held by an enclosing run (``mapper-state exec``, a Meltano run), as the processes inside it see it.
 
 ``mapper-state exec`` holds the lease on a state ID for the whole life of a command and
 names it in the command's environment (:data:`HELD_LEASE_VAR`: the state ID, the run ID
@@ -35,8 +35,11 @@ from mapper_state.core.lease import (
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import BlobStore
 
-#: The environment variable naming the leases an enclosing ``exec`` holds (a JSON list).
+#: The environment variable naming the leases an enclosing run holds (a JSON list).
 HELD_LEASE_VAR = "MAPPER_STATE_HELD_LEASE"
+#: Who holds an inherited lease, as messages name it.
+EXEC = "mapper-state exec"
+MELTANO_RUN = "the Meltano run"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,12 @@ class HeldLease:
     run_id: str
     #: The store's ``display_uri`` (no secret in it).
     store: str
+    #: Who holds it (:data:`EXEC`, :data:`MELTANO_RUN`); empty when not said.
+    holder: str = ""
+
+    def owner(self) -> str:
+        """The enclosing run as messages name it: ``run 1a2b (mapper-state exec)``."""
+        return f"run {self.run_id}" + (f" ({self.holder})" if self.holder else "")
 
 
 def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
@@ -54,7 +63,12 @@ def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
     raw = (os.environ if env is None else env).get(HELD_LEASE_VAR, "")
     try:
         items = json.loads(raw) if raw else []
-        return [HeldLease(str(i["state_id"]), str(i["run_id"]), str(i["store"])) for i in items]
+        return [
+            HeldLease(
+                str(i["state_id"]), str(i["run_id"]), str(i["store"]), str(i.get("holder") or "")
+            )
+            for i in items
+        ]
     except (ValueError, TypeError, KeyError):
         return []
 
@@ -89,6 +103,9 @@ class InheritedLease(Lease):
     ``record`` stays ``None``, so nothing hands it over or rewrites it.
     """
 
+    #: The enclosing run, as the environment names it.
+    enclosing: HeldLease | None = None
+
     def confirm(self) -> None:
         """Fencing: :class:`LeaseLost` unless the lease is still the enclosing run's."""
         holder, _ = read_lease(self.store, self.state_id)
@@ -96,9 +113,10 @@ class InheritedLease(Lease):
             return
         ours = holder is not None and holder.held and holder.run_id == self.run_id
         now = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
+        whose = self.enclosing.owner() if self.enclosing else f"run {self.run_id}"
         raise LeaseLost(
-            f"the lease on {self.state_id} of the enclosing run {self.run_id} "
-            f"(mapper-state exec) is {now}; not writing"
+            f"the lease on {self.state_id} in {self.store.display_uri} of the enclosing "
+            f"{whose} is {now}; not writing"
         )
 
     renew = confirm
@@ -134,4 +152,7 @@ def lease_for(
     if held is None:
         return Lease.for_settings(store, state_id, settings, **kwargs)
     kwargs["run_id"] = held.run_id
-    return InheritedLease.for_settings(store, state_id, settings, **kwargs)
+    lease = InheritedLease.for_settings(store, state_id, settings, **kwargs)
+    assert isinstance(lease, InheritedLease)
+    lease.enclosing = held
+    return lease

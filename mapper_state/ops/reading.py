@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from mapper_state.core import history, state
-from mapper_state.core.lease import LeaseRecord, read_lease
+from mapper_state.core.lease import BROKEN, LeaseRecord, read_lease
 from mapper_state.errors import StateNotFound
 from mapper_state.ops.ids import is_reserved
 from mapper_state.stores.base import BlobStore, Entry, listing
@@ -68,12 +68,16 @@ def get_state(store: BlobStore, state_id: str) -> Any:
 
 
 def lock_status(store: BlobStore, state_id: str) -> tuple[str, LeaseRecord | None]:
-    """``("free" | "held" | "expired" | "unreadable", record)`` for the state ID's lease."""
+    """``("free" | "held" | "broken" | "expired" | "unreadable", record)`` for the state
+    ID's lease; ``broken``: broken by ``lock break``, its holder not yet known to have
+    stopped (free from :meth:`LeaseRecord.free_from`)."""
     record, blob = read_lease(store, state_id)
     if blob is None:
         return "free", None
     if record is None:
         return "unreadable", None
-    if not record.held:  # released or broken: a free lease, left as a record
+    if record.status == BROKEN and not record.is_expired(time.time()):
+        return "broken", record
+    if not record.held:  # released, or broken and free: a free lease, left as a record
         return "free", None
     return ("expired" if record.is_expired(time.time()) else "held"), record
