@@ -39,7 +39,12 @@ SECONDS_MAX = 1e9
 #: lease an enclosing ``exec`` holds (core/inherited.py), the test suite's tools directory
 #: and the chaos suite's budget (tests/chaos/conftest.py).
 OTHER_VARIABLES = frozenset(
-    {"MAPPER_STATE_DEBUG", "MAPPER_STATE_HELD_LEASE", "MAPPER_STATE_TOOLS_DIR"}
+    {
+        "MAPPER_STATE_DEBUG",
+        "MAPPER_STATE_HELD_LEASE",
+        "MAPPER_STATE_RUN_TOKENS",
+        "MAPPER_STATE_TOOLS_DIR",
+    }
 )
 OTHER_VARIABLE_PREFIXES = ("MAPPER_STATE_CHAOS",)
 
