@@ -427,6 +427,9 @@ def test_meltano_run_inside_exec_runs_under_the_exec_lease(
     )
     assert wrapped.returncode == 0, wrapped.stderr
     assert "is busy" not in wrapped.stderr
+    assert "holding the lease" not in wrapped.stderr  # it holds none: exec does
+    assert f"running under the lease on {STATE_ID} in {file_backend.uri}" in wrapped.stderr
+    assert "(mapper-state exec)" in wrapped.stderr
     assert delivered(only.project.output) == list(range(1, 11))
     store = file_backend.open()
     try:
