@@ -173,6 +173,9 @@ def test_a_holder_whose_pid_is_gone_here_is_said_to_be(tmp_path: Path) -> None:
     assert note.encode() in busy.stderr
     asked = in_terminal(tmp_path, "lock", "break", "job", answer=b"n\n")
     assert f"Its pid {gone.pid} is not running on this host".encode() in asked.stderr
+    broke = mapper(tmp_path, "lock", "break", "job", "--yes")  # it has stopped: free at once
+    assert b"free now" in broke.stderr, broke.stderr
+    Lease(FileStore(tmp_path), "job", ttl=60, run_id="next").acquire()
 
 
 def test_status_and_break_outside_a_project_name_the_default_store(tmp_path: Path) -> None:

@@ -92,7 +92,8 @@ def lock_break(cx: StoreAccess, state_id: str, yes: bool, force: bool) -> None:
             "is running on this host (stop it, or add --yes to break it anyway)"
         )
     confirm(_question(state_id, where, status, record, here, force), yes)
-    old = ops.break_lease(store, state_id, force=force)
+    # a holder whose pid no longer runs on its own host has stopped: nothing to wait for
+    old = ops.break_lease(store, state_id, force=force or here == ops.GONE)
     log.info(_outcome(state_id, where, old, ops.read_lease(store, state_id)[0]))
 
 
