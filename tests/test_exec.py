@@ -7,11 +7,14 @@ the lock-break tests also run on S3 (moto).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from tests.conftest import ON_BOTH
 from tests.helpers import MAPPER, StoreCli, clean_env, spawn_cli, state_line, wait_until
 from tests.proxy.pool import ProxyPool
 from tests.servers import StoreLocation
+from tests.support.processes import pid_alive
 
 ID = "prod:elt"
 
@@ -37,15 +41,48 @@ def gated(log: Path, name: str, gate: Path, before: str = "", trap: str = "") ->
     return ["sh", "-c", script]
 
 
+#: Every exec a test started, each in a session of its own (its command's process group too).
+_spawned: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running() -> Iterator[None]:
+    """Whatever a test did, failed or not, no exec it started, nor its command, runs on."""
+    yield
+    while _spawned:
+        proc = _spawned.pop()
+        for pid in session_members(proc.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session ``sid`` (an exec started with ``start_new_session``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[3]) == sid:
+            found.append(int(entry))
+    return found
+
+
 def spawn_exec(store_cli: StoreCli, *args: str, **kw: Any) -> subprocess.Popen[bytes]:
-    return spawn_cli(
+    proc = spawn_cli(
         "exec",
         *args,
         cwd=store_cli.cwd,
         env=clean_env(**store_cli.env),
         stdin=subprocess.DEVNULL,
+        start_new_session=True,
         **kw,
     )
+    _spawned.append(proc)
+    return proc
 
 
 def run_exec(store_cli: StoreCli, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -217,6 +254,55 @@ def test_a_killed_wrapper_takes_its_command_down(store_cli: StoreCli) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     wait_until(lambda: "stopped" in lines(log), "the command outlived its wrapper", 10)
+
+
+def test_a_killed_wrapper_leaves_no_process_of_its_command_alive(store_cli: StoreCli) -> None:
+    """SIGKILL of exec around a command whose own children do the work (a Meltano run and
+    its dbt step): they are all gone once the lease it ran under has expired."""
+    pids = store_cli.cwd / "pids"
+    step = f"sh -c 'echo $$ >> {pids}; trap \"\" TERM; while :; do sleep 0.05; done'"
+    script = f"{step} & {step} & echo $$ >> {pids}; wait"
+    proc = spawn_exec(
+        store_cli, "--state-id", ID, "--lock-timeout-seconds", "3", "--", "sh", "-c", script
+    )
+    wait_until(lambda: len(lines(pids)) == 3, "the command never started its steps", 30)
+    held = holder_of(store_cli)
+    proc.kill()
+    proc.wait(10)
+    started = [int(pid) for pid in lines(pids)]
+    wait_until(
+        lambda: not any(pid_alive(pid) for pid in started),
+        "a step of the killed exec's command ran on",
+        held.ttl_seconds + 10,
+    )
+    left = lease_record(store_cli)
+    assert left is not None
+    assert time.time() < left.expires_at + 2  # by the lease's expiry and its skew allowance
+
+
+def test_what_the_command_leaves_running_is_stopped_before_the_lease_is_freed(
+    store_cli: StoreCli,
+) -> None:
+    pid_file = store_cli.cwd / "straggler"
+    script = f"sleep 300 > /dev/null 2>&1 & echo $! > {pid_file}; exit 0"
+    result = run_exec(store_cli, "--state-id", ID, "--", "sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert not pid_alive(int(pid_file.read_text()))
+    assert not is_held(store_cli)
+
+
+def test_a_refused_exec_names_the_store_and_says_what_to_do(store_cli: StoreCli) -> None:
+    log, gate = store_cli.cwd / "log", store_cli.cwd / "go"
+    first = spawn_exec(store_cli, "--state-id", ID, "--", *gated(log, "a", gate))
+    holder_of(store_cli)
+    refused = run_exec(store_cli, "--state-id", ID, "--", "true")
+    gate.touch()
+    assert first.wait(60) == 0
+    assert refused.returncode == 3
+    err = refused.stderr.decode()
+    assert err.count("\n") == 1, err
+    assert "(store " in err
+    assert "retry when it has finished, set lock_wait_seconds" in err
 
 
 # -- a lost lease stops the command before the lease expires -----------------------------------

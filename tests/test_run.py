@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,14 +134,16 @@ def test_signals_are_forwarded_and_the_confirmed_state_committed(
 
 
 def _children_of(pid: int) -> list[int]:
+    """The children of ``pid``, not the watcher that outlives it (mapper_state.warden)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
+                watcher = b"mapper_state.warden" in Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and not watcher:
                 found.append(int(entry))
     return found
 
@@ -260,3 +263,28 @@ def test_a_target_that_echoes_state_messages_has_their_value_stored(tmp_path: Pa
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert stored_state(tmp_path / ".mapper-state", "job") == {"bookmarks": {"s": 3}}
+
+
+def test_a_killed_run_leaves_nothing_its_tap_started_running(tmp_path: Path) -> None:
+    """SIGKILL of ``mapper-state run``: the tap and target die with it, and so does a
+    process the tap started (a wrapper's helper, a grandchild of the run) before the
+    lease expires."""
+    helper = tmp_path / "helper.pid"
+    tap = f"sh -c 'sleep 300 & echo $! > {helper}; exec {TAP} \"$@\"' tap"
+    proc = spawn_cli(
+        "run", "--state-id", "job", "--tap", tap, "--target", target(tmp_path),
+        "--lock-timeout-seconds", "3",
+        cwd=tmp_path,
+        env=clean_env(TINY_TAP_COUNT="1000", TINY_TAP_SLEEP="0.05"),
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(delivered(tmp_path)) >= 3, "records delivered", timeout=20)
+        pid = int(helper.read_text())
+        assert pid_alive(pid)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    lease = tmp_path / ".mapper-state" / "job" / "mapper-state.lease.json"
+    expires = json.loads(lease.read_bytes())["expires_at"]
+    wait_until(lambda: not pid_alive(pid), "the tap's helper outlived the killed run", 15)
+    assert time.time() < expires + 2  # gone by the lease's expiry (and its skew allowance)

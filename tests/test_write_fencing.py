@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mapper_state.core import commit, state
-from mapper_state.core.inherited import HeldLease, with_held
+from mapper_state.core.inherited import EXEC, MELTANO_RUN, HeldLease, with_held
 from mapper_state.core.lease import Lease, read_lease
 from mapper_state.errors import ExitCode, LeaseLost
 from mapper_state.stores.file import FileStore
@@ -38,8 +38,8 @@ def holder(tmp_path: Path) -> Iterator[Lease]:
     lease.release()
 
 
-def break_it(root: Path) -> None:
-    result = mapper(root, "lock", "break", STATE_ID, "--yes")
+def break_it(root: Path, *flags: str) -> None:
+    result = mapper(root, "lock", "break", STATE_ID, "--yes", *flags)
     assert result.returncode == 0, result.stderr
 
 
@@ -85,8 +85,9 @@ def test_a_holder_that_lost_its_lease_leaves_the_new_holders_alone(
     tmp_path: Path, holder: Lease
 ) -> None:
     """Broken, then taken by the next run: the old holder learns it at its next confirmation
-    and, when it ends, releases nothing of the next run's lease."""
-    break_it(tmp_path)
+    and, when it ends, releases nothing of the next run's lease (a forced break: the next
+    run takes the lease at once)."""
+    break_it(tmp_path, "--force")
     successor = Lease(FileStore(tmp_path), STATE_ID, ttl=60, run_id="nightly-8")
     successor.acquire()
     try:
@@ -100,3 +101,21 @@ def test_a_holder_that_lost_its_lease_leaves_the_new_holders_alone(
         assert b"nightly-8" in status.stdout, status.stdout
     finally:
         successor.release()
+
+
+@pytest.mark.parametrize("who", [MELTANO_RUN, EXEC])
+def test_a_refused_write_under_an_inherited_lease_says_whose_lease_it_was(
+    tmp_path: Path, holder: Lease, who: str
+) -> None:
+    """The refusal names the enclosing run that held the lease, and names ``exec`` only
+    when it was exec's."""
+    held = HeldLease(STATE_ID, holder.run_id, FileStore(tmp_path).display_uri, who)
+    env = with_held(held, clean_env())
+    break_it(tmp_path)
+    uri = ("--state-backend-uri", f"file://{tmp_path}")
+    refused = invoke("state", "set", STATE_ID, '{"bookmarks": {}}', *uri, env=env)
+    assert refused.returncode == ExitCode.LEASE_LOST, refused.stderr
+    said = refused.stderr.decode()
+    assert f"of the enclosing run {holder.run_id} ({who}) is gone" in said, said
+    assert (EXEC in said) == (who == EXEC), said
+    assert f"in file://{tmp_path}" in said, said

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mapper_state import jsonio
+from mapper_state.ops import commands as ops
 from mapper_state.ops import diff, fleet, runs
 from mapper_state.ops.commands import LeaseRecord, LeaseStatus, Snapshot, format_time, iso_time
 from mapper_state.redact import redact_known
@@ -300,15 +301,26 @@ def holder_doc(record: LeaseRecord) -> dict[str, Any]:
 
 
 def lock_status_doc(
-    state_id: str, status: LeaseStatus, record: LeaseRecord | None
+    state_id: str,
+    status: LeaseStatus,
+    record: LeaseRecord | None,
+    store: str = "",
+    origin: str = "",
 ) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "state_id": state_id,
         "status": status.value,
-        "free": status is not LeaseStatus.HELD,
+        "free": status not in (LeaseStatus.HELD, LeaseStatus.BROKEN),
         "expired": status in (LeaseStatus.EXPIRED, LeaseStatus.UNREADABLE),
         "holder": holder_doc(record) if record else None,
+        "store": store,
+        "store_from": origin,
     }
+    if record is not None and status == "broken":
+        doc["free_from"] = format_time(record.free_from())
+    if record is not None and status == "held":
+        doc["holder"]["running_here"] = {"alive": True, "gone": False}.get(ops.holder_here(record))
+    return doc
 
 
 def _lock_headline(status: LeaseStatus, record: LeaseRecord | None, now: float) -> str:
@@ -318,6 +330,11 @@ def _lock_headline(status: LeaseStatus, record: LeaseRecord | None, now: float) 
         return "free (no lease)"
     if status is LeaseStatus.HELD:
         return f"held, expires {since(record.expires_at, now)}"
+    if status is LeaseStatus.BROKEN:
+        return (
+            f"broken, its holder may still be running: free once it has stopped, at the "
+            f"latest {format_time(record.free_from())} ({since(record.free_from(), now)})"
+        )
     return (
         f"free: the lease expired {since(record.expires_at, now)} without being "
         "released (its holder crashed or was killed?); the next run takes it over"
@@ -325,9 +342,11 @@ def _lock_headline(status: LeaseStatus, record: LeaseRecord | None, now: float) 
 
 
 def lock_status_text(
-    state_id: str, status: LeaseStatus, record: LeaseRecord | None, now: float
+    state_id: str, status: LeaseStatus, record: LeaseRecord | None, now: float, store: str = ""
 ) -> str:
     lines = [f"{state_id}: {_lock_headline(status, record, now)}"]
+    if store:
+        lines.append(f"  {'store':<9} {store}")
     if record:
         for label, value in (
             ("run id", record.run_id),
@@ -339,4 +358,6 @@ def lock_status_text(
             ("expires", f"{format_time(record.expires_at)} ({since(record.expires_at, now)})"),
         ):
             lines.append(f"  {label:<9} {value}")
+        if status == "held" and (note := ops.not_running_note(record)):
+            lines.append(f"  {'note':<9} {note}")
     return "\n".join(lines) + "\n"

@@ -23,9 +23,9 @@ from typing import Concatenate, ParamSpec
 import click
 
 from mapper_state.cli.common import SettingsArgs, command_settings, flagged, settings_command
-from mapper_state.errors import ExitCode
+from mapper_state.errors import ExitCode, LeaseBusy
 from mapper_state.ops import commands as ops
-from mapper_state.settings import Settings
+from mapper_state.settings import URI_SETTING, Settings
 from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import BlobStore
 
@@ -76,6 +76,10 @@ def store_command(
             access = StoreAccess(ctx, given)
             try:
                 body(access, *args, **kwargs)
+            except LeaseBusy as exc:  # which store, and whether its holder still runs here
+                origin = access.settings.origin(URI_SETTING)
+                state_id = str(kwargs.get("state_id") or "")
+                raise ops.busy(exc, access.store, state_id, origin, "") from None
             finally:
                 access.close()
 

@@ -1,4 +1,4 @@
-"""A lease held by an enclosing run (``mapper-state exec``), as the processes inside it see it.
+"""A lease held by an enclosing run (``mapper-state exec``, a Meltano run), as the processes inside it see it.
 
 ``mapper-state exec`` holds the lease on a state ID for the whole life of a command and
 names it in the command's environment (:data:`HELD_LEASE_VAR`: the state ID, the run ID
@@ -36,8 +36,11 @@ from mapper_state.core.lease import (
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import BlobStore
 
-#: The environment variable naming the leases an enclosing ``exec`` holds (a JSON list).
+#: The environment variable naming the leases an enclosing run holds (a JSON list).
 HELD_LEASE_VAR = "MAPPER_STATE_HELD_LEASE"
+#: Who holds an inherited lease, as messages name it.
+EXEC = "mapper-state exec"
+MELTANO_RUN = "the Meltano run"
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,14 @@ class HeldLease:
     run_id: str
     #: The store's ``display_uri`` (no secret in it).
     store: str
+    #: Who holds it (:data:`EXEC`, :data:`MELTANO_RUN`); empty when not said.
+    holder: str = ""
     #: The owner token the lease record carries (empty: the run ID).
     owner: str = ""
-    #: Who holds it, in the words of messages: ``mapper-state exec``, a Meltano run.
-    holder: str = "mapper-state exec"
+
+    def described(self) -> str:
+        """The enclosing run as messages name it: ``run 1a2b (mapper-state exec)``."""
+        return f"run {self.run_id}" + (f" ({self.holder})" if self.holder else "")
 
 
 def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
@@ -64,8 +71,8 @@ def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
                 str(i["state_id"]),
                 str(i["run_id"]),
                 str(i["store"]),
+                str(i.get("holder") or ""),
                 str(i.get("owner") or ""),
-                str(i.get("holder") or "mapper-state exec"),
             )
             for i in items
         ]
@@ -133,8 +140,8 @@ class InheritedLease:
         ours = is_held_by(holder, self.owner)
         now = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
         raise LeaseLost(
-            f"the lease on {self.state_id} of the enclosing run {self.run_id} "
-            f"({self.held.holder}) is {now}; not writing"
+            f"the lease on {self.state_id} in {self.store.display_uri} of the enclosing "
+            f"{self.held.described()} is {now}; not writing"
         )
 
     def renew(self) -> None:

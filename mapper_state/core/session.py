@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mapper_state import log, runtime, signals
-from mapper_state.core import bookmarks, commit, inherited, state
+from mapper_state.core import bookmarks, commit, inherited, refusal, state
 from mapper_state.core.checkpoint import Checkpointer
-from mapper_state.errors import ConfigError, LeaseLost
-from mapper_state.settings import Settings
+from mapper_state.errors import ConfigError, LeaseBusy, LeaseLost
+from mapper_state.settings import URI_SETTING, Settings
 from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import BlobStore, StoreError
 
@@ -113,6 +113,9 @@ class Session:
         started = runtime.monotonic()
         try:
             self.lease.acquire()
+        except LeaseBusy as exc:
+            origin = self.settings.origin(URI_SETTING)
+            raise refusal.busy(exc, self.store, self.state_id, origin, refusal.RETRY_HINT) from None
         finally:
             self.lease_wait_seconds = runtime.monotonic() - started
 

@@ -24,10 +24,13 @@ How, in Meltano 4.4.1 (read in its ``meltano.cli``, ``meltano.core.block`` and
 - **Which store.** The state store manager Meltano itself makes from the project's
   settings: the add-on's, the same store and settings as the run's state writes.
 - **Holding it.** Each lease is renewed by a heartbeat thread of the Meltano process itself,
-  so a Meltano killed with SIGKILL stops renewing it and it expires after its TTL; a
-  normal exit (success, failure, Ctrl-C, Meltano's own SIGTERM handling during a block)
-  releases it through :mod:`atexit`. A lease lost meanwhile (``lock break``, a takeover, no
-  renewal in time) stops the run: its running plugins get SIGTERM, and Meltano fails it.
+  so a Meltano killed with SIGKILL stops renewing it and it expires after its TTL, and a
+  watcher (:mod:`mapper_state.warden`) stops every process of the run meanwhile; a normal
+  exit (success, failure, Ctrl-C, Meltano's own SIGTERM handling during a block) stops what
+  is left of the run and releases it through :mod:`atexit`; SIGTERM at any other moment
+  (a utility or dbt step) stops the run's processes, releases it and exits 143. A lease
+  lost meanwhile (``lock break``, a takeover, no renewal in time) stops the run: every
+  process it started gets SIGTERM (SIGKILL before the lease expires), and Meltano exits 4.
 - **This run's writes.** The leases are named in the environment as an enclosing run's
   (:mod:`mapper_state.core.inherited`, as ``mapper-state exec`` does): the add-on's own
   state writes in this process, and the mapper plugin Meltano starts, write under them,
@@ -45,19 +48,21 @@ import contextlib
 import functools
 import os
 import signal
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import click
 
 from mapper_state import log
-from mapper_state.core import inherited
+from mapper_state.core import inherited, refusal
 from mapper_state.core.recorder import RunRecorder, exit_code_of
-from mapper_state.errors import LeaseBusy, LeaseLost, MapperStateError
+from mapper_state.errors import ExitCode, LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.meltano import backend_schemes
+from mapper_state.settings import URI_SETTING
 from mapper_state.stores import split_uri
+from mapper_state.warden import GRACE_SECONDS, Warden
 
 #: The Meltano commands that run a pipeline.
 RUN_COMMANDS = frozenset({"run", "el", "elt"})
@@ -109,12 +114,22 @@ def _guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
             result = callback(*args, **kwargs)
         except BaseException as exc:
             run.ended(exit_code_of(exc))
+            _exit_if_lost(run)
             raise
         run.ended(0)
+        _exit_if_lost(run)
         return result
 
     setattr(guarded, _ARMED, True)
     return guarded
+
+
+def _exit_if_lost(run: RunLeases | None) -> None:
+    """A run whose lease was lost exits 4 (lease lost), as ``run`` and ``exec`` do, whatever
+    Meltano made of its stopped steps."""
+    if run is not None and run.lost is not None:
+        log.error(f"{run.lost.message}; the run was stopped (exit {int(ExitCode.LEASE_LOST)})")
+        raise SystemExit(int(ExitCode.LEASE_LOST))
 
 
 # -- which state IDs ----------------------------------------------------------------------
@@ -190,6 +205,15 @@ class RunLeases:
     leases: list[inherited.AnyLease] = field(default_factory=list)
     #: Each lease's run record in the store (:mod:`mapper_state.core.recorder`).
     recorders: list[RunRecorder] = field(default_factory=list)
+    #: Stops the run's processes (its plugins and theirs) before a lease is released.
+    warden: Warden | None = None
+    #: The first loss of a lease, if one was lost: the run then exits 4 (lease lost).
+    lost: LeaseLost | None = None
+
+    @property
+    def owned(self) -> list[inherited.AnyLease]:
+        """The leases this process holds itself (not an enclosing run's)."""
+        return [lease for lease in self.leases if not isinstance(lease, inherited.InheritedLease)]
 
     def take(self, state_ids: list[str], wait: float) -> None:
         """Take each lease in order (every run takes them in the same order), or none."""
@@ -200,14 +224,33 @@ class RunLeases:
             recorder = RunRecorder(store, keep=settings.runs_keep, mode="meltano", waits=wait > 0)
             try:
                 recorder.acquire(lease)
+            except LeaseBusy as exc:
+                self.release()
+                origin = settings.origin(URI_SETTING)
+                raise refusal.busy(exc, store, state_id, origin, "") from None
             except BaseException:
                 self.release()
                 raise
             self.recorders.append(recorder)
             self.leases.append(lease)
-            lease.start_heartbeat(on_lost=_stop_the_run)
-            held = inherited.HeldLease(state_id, lease.run_id, store.display_uri)
+            if isinstance(lease, inherited.InheritedLease):
+                continue  # the enclosing run holds it, renews it and names it already
+            lease.start_heartbeat(on_lost=self._stop_the_run)
+            held = inherited.HeldLease(
+                state_id, lease.run_id, store.display_uri, inherited.MELTANO_RUN, lease.owner
+            )
             _export(inherited.with_held(held))
+
+    def _stop_the_run(self, error: LeaseLost) -> None:
+        """The lease is gone (broken, taken over, not renewed in time): stop everything the
+        run is running (its plugins and what they started) before the lease expires, so
+        that no step goes on unguarded while another run may hold the lease; Meltano then
+        fails the run, which exits 4 (lease lost)."""
+        self.lost = self.lost or error
+        running = self.warden.running() if self.warden else {}
+        log.error(f"{error.message}: stopping this run ({len(running)} running processes)")
+        if self.warden is not None:
+            self.warden.stop_all(grace=_grace(self.leases))
 
     def ended(self, code: int) -> None:
         """Meltano's command ended with exit status ``code``: end every run record."""
@@ -215,48 +258,45 @@ class RunLeases:
             recorder.end(code)
 
     def release(self) -> None:
+        if self.warden is not None and self.owned:
+            self.warden.stop_all(grace=_grace(self.leases))
         for lease in reversed(self.leases):
             try:
                 lease.release()
             except MapperStateError as exc:
                 log.warning(f"could not release the lease on {lease.state_id}: {exc.message}")
         self.leases.clear()
+        if self.warden is not None:
+            self.warden.close()
+            self.warden = None
 
     def close(self) -> None:
         self.release()
         with contextlib.suppress(Exception):
             self.manager.close()
 
+    def on_sigterm(self, signum: int, frame: object) -> None:
+        """SIGTERM outside Meltano's own handling of it (a utility or dbt step, the plugins'
+        installation): stop the run's processes, release the leases at once, exit 143."""
+        log.error(
+            f"interrupted by {signal.Signals(signum).name}: stopping this run and releasing "
+            f"the lease on {', '.join(lease.state_id for lease in self.owned)}"
+        )
+        self.ended(128 + signum)
+        self.close()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(128 + signum)
+
+
+def _grace(leases: list[inherited.AnyLease]) -> float:
+    """How long stopped steps get before SIGKILL: a third of the shortest TTL, at most 5 s."""
+    return min([GRACE_SECONDS, *(lease.ttl / 3 for lease in leases)])
+
 
 def _export(env: Mapping[str, str]) -> None:
     os.environ[inherited.HELD_LEASE_VAR] = env[inherited.HELD_LEASE_VAR]
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux ``/proc``; none elsewhere)."""
-    found = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry))
-    return found
-
-
-def _stop_the_run(error: LeaseLost) -> None:
-    """The lease is gone (broken, taken over, not renewed in time): stop what the run is
-    running (its plugins, Meltano's children) with SIGTERM, so that no step goes on
-    unguarded while another run may hold the lease; Meltano then fails the run, and its
-    next state write would be refused anyway."""
-    children = _children(os.getpid())
-    log.error(f"{error.message}: stopping this run ({len(children)} running plugin processes)")
-    for pid in children:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
 
 
 def _uses_the_addon(project: Any) -> bool:
@@ -267,8 +307,7 @@ def _uses_the_addon(project: Any) -> bool:
 def hold_for_run(
     command: str, params: Mapping[str, Any], obj: Mapping[str, Any]
 ) -> RunLeases | None:
-    """Take the leases of the run about to start (``None`` when it takes none), or exit 3
-    naming the holder."""
+    """Take the leases of the run about to start, or exit 3 naming the holder."""
     from mapper_state.meltano.backend import Refused
 
     project = obj.get("project")
@@ -293,8 +332,43 @@ def hold_for_run(
         run.close()
         raise Refused(exc) from None
     atexit.register(run.close)
+    ids = ", ".join(sorted(state_ids))
+    where = manager.store.display_uri
+    if not run.owned:  # inside `mapper-state exec` (or another enclosing run) on these IDs
+        first = run.leases[0] if run.leases else None
+        enclosing = first.held if isinstance(first, inherited.InheritedLease) else None
+        whose = enclosing.described() if enclosing is not None else "the enclosing run"
+        log.info(f"running under the lease on {ids} in {where} of the enclosing {whose}")
+        return run
+    run.warden = Warden.start()
+    _stop_on_sigterm(run)
     log.info(
-        f"holding the lease on {', '.join(sorted(state_ids))} until Meltano exits",
+        f"holding the lease on {ids} in {where} until Meltano exits",
         run_id=run.leases[0].run_id if run.leases else "",
     )
     return run
+
+
+def _stop_on_sigterm(run: RunLeases) -> None:
+    """SIGTERM stops the run and releases its leases at once (:meth:`RunLeases.on_sigterm`),
+    also after an extract-load block: Meltano handles SIGTERM itself during such a block
+    (it stops the plugins and fails the job), and leaves the default action (the process
+    dies, its steps run on) behind it; so the handler is put back after each block."""
+    signal.signal(signal.SIGTERM, run.on_sigterm)
+    with contextlib.suppress(ImportError, AttributeError):
+        from meltano.core.job.job import Job
+
+        own = Job._handling_sigterm
+        if getattr(own, _ARMED, False):
+            return
+
+        @contextlib.contextmanager
+        def handling_sigterm(self: Any, session: Any) -> Iterator[None]:
+            try:
+                with own(self, session):
+                    yield
+            finally:
+                signal.signal(signal.SIGTERM, run.on_sigterm)
+
+        setattr(handling_sigterm, _ARMED, True)
+        Job._handling_sigterm = handling_sigterm

@@ -10,6 +10,9 @@ ends, and exit with the command's status (128+N when a signal N killed it).
 - A lost lease (broken by ``lock break``, taken over after a stall, the store silent
   past the deadline) stops the command: SIGTERM to its group, SIGKILL after a grace
   that ends before the lease's expiry; the wrapper exits 4 (lease lost).
+- Whatever ends the command, every process it started that is still running is stopped
+  before the lease is released, and a watcher stops them if the wrapper is killed
+  outright (:mod:`mapper_state.warden`).
 - The command's environment names the lease (:mod:`mapper_state.core.inherited`): every
   mapper-state inside it that works on this state ID in this store writes under it.
 """
@@ -25,13 +28,13 @@ import threading
 import time
 from collections.abc import Iterator
 
-from mapper_state import log, signals
-from mapper_state.core import inherited, state
+from mapper_state import log, signals, warden
+from mapper_state.core import inherited, refusal, state
 from mapper_state.core.lease import skew_allowance
-from mapper_state.errors import ConfigError, Interrupted, LeaseLost, MapperStateError
+from mapper_state.errors import ConfigError, Interrupted, LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.modes import runlog
 from mapper_state.redact import flag_secrets
-from mapper_state.settings import Settings
+from mapper_state.settings import URI_SETTING, Settings
 from mapper_state.stores import open_configured_store
 from mapper_state.stores.base import StoreError
 
@@ -146,9 +149,17 @@ def run_exec(settings: Settings, argv: list[str]) -> int:
         stack.enter_context(run_log)  # ended once the lease is released, with the exit status
         stack.enter_context(forwarding(command))
         stack.callback(_release, lease)  # before it is taken: a signal may come right after
-        run_log.acquire(lease)
+        try:
+            run_log.acquire(lease)
+        except LeaseBusy as exc:  # the same words as a refused run's
+            origin = settings.origin(URI_SETTING)
+            raise refusal.busy(exc, store, state_id, origin, refusal.RETRY_HINT) from None
+        # whatever ends the command, nothing it started runs on once the lease is released
+        stack.enter_context(warden.guarding(grace=1.0))
         lease.start_heartbeat(on_lost=lambda error: command.stop(error, _kill_at(lease)))
-        held = inherited.HeldLease(state_id, lease.run_id, store.display_uri)
+        held = inherited.HeldLease(
+            state_id, lease.run_id, store.display_uri, inherited.EXEC, lease.owner
+        )
         command.start(inherited.with_held(held))
         code = command.wait()
         lease.stop_heartbeat()

@@ -5,7 +5,8 @@ filter; the target's stdout (bare state values, one per line, each printed once
 the target has safely written the data before it) is committed and echoed. The
 tap gets the prior state through a private temp file. Signals are forwarded to
 both children, which run in their own process groups so a terminal's Ctrl-C
-reaches them once, through us; and both die with us if we are killed.
+reaches them once, through us; whatever ends the run, they and everything they started
+are stopped before the lease is released, even if we are killed (:mod:`mapper_state.warden`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from mapper_state import jsonio, log, signals
+from mapper_state import jsonio, log, signals, warden
 from mapper_state.core.session import RunHooks, Session
 from mapper_state.errors import ConfigError, DownstreamClosed, ExitCode, MapperStateError
 from mapper_state.modes import metrics, runlog
@@ -238,6 +239,7 @@ def _run_pipeline(
         signals.raising(wake=session.check),
         contextlib.ExitStack() as leased,
         private_state_file(run_log.enter(session, leased)) as state_path,
+        warden.guarding(),  # nothing the run started outlives its lease, even if we are killed
     ):
         if state_path:
             tap_cmd = [*tap_cmd, "--state", state_path]

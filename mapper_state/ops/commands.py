@@ -13,7 +13,15 @@ without a line of its own.
 from __future__ import annotations
 
 from mapper_state.core.history import iso_time
-from mapper_state.core.lease import LeaseRecord, break_lease, format_time
+from mapper_state.core.lease import LeaseRecord, break_lease, format_time, read_lease
+from mapper_state.core.refusal import (
+    ALIVE,
+    GONE,
+    busy,
+    holder_here,
+    not_running_note,
+    store_words,
+)
 from mapper_state.ops.history import (
     HISTORY_ROOT,
     HistoryView,
@@ -51,6 +59,8 @@ from mapper_state.ops.writes import (
 )
 
 __all__ = [
+    "ALIVE",
+    "GONE",
     "HISTORY_ROOT",
     "RESERVED_PREFIX",
     "HistoryView",
@@ -63,6 +73,7 @@ __all__ = [
     "WriteTerms",
     "Writer",
     "break_lease",
+    "busy",
     "check_state_id",
     "clear_many",
     "clear_state",
@@ -73,6 +84,7 @@ __all__ = [
     "format_time",
     "get_state",
     "history_view",
+    "holder_here",
     "import_states",
     "is_reserved",
     "iso_time",
@@ -83,12 +95,15 @@ __all__ = [
     "migrate_history",
     "move_state",
     "not_found",
+    "not_running_note",
     "parse_import",
     "parse_state",
+    "read_lease",
     "refuse_busy",
     "rollback",
     "set_state",
     "state_entries",
     "state_keys",
+    "store_words",
     "write_with",
 ]

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from mapper_state.core import state
-from mapper_state.core.lease import LeaseRecord, lease_key
+from mapper_state.core.lease import BROKEN, LeaseRecord, lease_key
 from mapper_state.errors import StateNotFound
 from mapper_state.ops.ids import is_reserved
 from mapper_state.stores.base import Blob, BlobStore, Entry, listing
@@ -80,6 +80,9 @@ class LeaseStatus(StrEnum):
     FREE = "free"
     #: Held, and not expired.
     HELD = "held"
+    #: Broken by ``lock break``, its holder not yet known to have stopped (free from
+    #: :meth:`LeaseRecord.free_from`).
+    BROKEN = "broken"
     #: Held, but not renewed in time: the next run takes it over.
     EXPIRED = "expired"
     #: The lease object is not a lease record: it counts as expired.
@@ -94,7 +97,9 @@ def lease_status(blob: Blob | None, now: float) -> tuple[LeaseStatus, LeaseRecor
     record = LeaseRecord.from_bytes(blob.data)
     if record is None:
         return LeaseStatus.UNREADABLE, None
-    if not record.held:  # released or broken: a free lease, left as a record
+    if record.status == BROKEN and not record.is_expired(now):
+        return LeaseStatus.BROKEN, record
+    if not record.held:  # released, or broken and free: a free lease, left as a record
         return LeaseStatus.FREE, None
     return (LeaseStatus.EXPIRED if record.is_expired(now) else LeaseStatus.HELD), record
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mapper_state.redact import redact, uri_secrets
-from mapper_state.settings.catalogue import RunCatalogue
+from mapper_state.settings.catalogue import DEFAULT_URI, URI_SETTING, RunCatalogue
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,19 @@ class Settings(RunCatalogue):
     other_secrets: tuple[str, ...] = ()
     #: What was probably a typo: an unknown ``MAPPER_STATE_*`` variable, an ignored config key.
     warnings: tuple[str, ...] = ()
+
+    def origin(self, name: str) -> str:
+        """Where a setting's value came from, in words: ``the command line``, ``environment
+        variable MAPPER_STATE_STATE_BACKEND__URI``, ``config file x.json``, a ``meltano.yml``,
+        ``the default``."""
+        source = self.sources.get(name, "")
+        if source == "default":
+            return "the default" + (f" {DEFAULT_URI}" if name == URI_SETTING else "")
+        if source == "command line":
+            return "the command line"
+        if source.isupper() and source.replace("_", "").isalnum():
+            return f"environment variable {source}"
+        return source
 
     def section(self, name: str) -> dict[str, Any]:
         """The ``state_backend.<name>.*`` settings that are set, by short name."""

@@ -41,7 +41,7 @@ from tests.e2e.test_meltano_backend import (  # noqa: F401 - fixtures used by na
     run_project,
 )
 from tests.support import meltano_fork
-from tests.support.processes import wait_until
+from tests.support.processes import pid_alive, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -62,6 +62,11 @@ class Machine:
     @property
     def started(self) -> Path:
         return self.project.root / "gate-started"
+
+    def gate_pid(self) -> int:
+        """The pid of the gate step (once it has started)."""
+        wait_until(lambda: self.started.read_text().strip(), "the gate never said its pid", 30)
+        return int(self.started.read_text())
 
     @property
     def taps(self) -> Path:
@@ -99,7 +104,7 @@ def machine(root: Path, data: Path, launcher: Path, shared: Backend, go: Path) -
     )
     wrapper.chmod(0o755)
     gate = root / "gate.sh"
-    gate.write_text('#!/bin/sh\ntouch "$1"\nwhile [ ! -e "$2" ]; do sleep 0.05; done\n')
+    gate.write_text('#!/bin/sh\necho $$ > "$1"\nwhile [ ! -e "$2" ]; do sleep 0.05; done\n')
     gate.chmod(0o755)
     doc = yaml.safe_load((root / "meltano.yml").read_text())
     doc["plugins"]["extractors"][0]["executable"] = str(wrapper)
@@ -422,6 +427,9 @@ def test_meltano_run_inside_exec_runs_under_the_exec_lease(
     )
     assert wrapped.returncode == 0, wrapped.stderr
     assert "is busy" not in wrapped.stderr
+    assert "holding the lease" not in wrapped.stderr  # it holds none: exec does
+    assert f"running under the lease on {STATE_ID} in {file_backend.uri}" in wrapped.stderr
+    assert "(mapper-state exec)" in wrapped.stderr
     assert delivered(only.project.output) == list(range(1, 11))
     store = file_backend.open()
     try:
@@ -443,6 +451,7 @@ def test_a_broken_lease_stops_the_run(
     running = only.spawn("run", *EL, GATE)
     try:
         wait_until(only.started.exists, "the run never reached its gate", 300)
+        gate = only.gate_pid()
         args = ["lock", "break", STATE_ID, "--yes", "--state-backend-uri", file_backend.uri]
         broken = subprocess.run(
             [str(tools.mapper_state()), *args],
@@ -457,6 +466,61 @@ def test_a_broken_lease_stops_the_run(
         only.go.touch()
         running.wait(timeout=300)
     log = only.log.read_text()
-    assert code != 0, log
+    assert code == 4, log  # lease lost, as for run, exec and the filter
     assert f"lost the lease on {STATE_ID}" in log, log
-    assert "stopping this run (1 running plugin processes)" in log, log
+    assert "stopping this run (" in log, log
+    assert not pid_alive(gate), log
+
+
+# -- no step outlives the lease ------------------------------------------------------------
+
+
+def test_sigterm_during_a_step_after_the_el_block_stops_it_and_frees_the_lease(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
+) -> None:
+    """SIGTERM to ``meltano run`` in its utility step (standing for dbt): the step is
+    stopped and the lease released at once, not left to its TTL; exit 143."""
+    (only,) = machines(tmp_path, meltano_addon, file_backend, count=1)
+    running = only.spawn("run", *EL, GATE)
+    try:
+        wait_until(only.started.exists, "the run never reached its gate", 300)
+        gate = only.gate_pid()
+        held_by(file_backend, running.pid)
+        running.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        wait_until(lambda: free(file_backend), "the lease was not freed", 30)
+        freed = time.monotonic() - sent
+        code = running.wait(timeout=60)
+    finally:
+        only.go.touch()
+        running.wait(timeout=300)
+    log = only.log.read_text()
+    assert code == 128 + signal.SIGTERM, log
+    assert not pid_alive(gate), log
+    assert freed < 5, log  # within 2 s on a quiet machine
+    print(f"meltano run, SIGTERM in a utility step: lease free after {freed:.2f} s")
+
+
+def test_a_meltano_killed_in_a_step_leaves_no_process_of_the_run_once_its_lease_expired(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
+) -> None:
+    """SIGKILL of Meltano alone (not its process group) in its utility step: nobody renews
+    the lease, and the step does not run on unguarded: it is gone by the lease's expiry."""
+    (only,) = machines(tmp_path, meltano_addon, file_backend, count=1)
+    running = only.spawn("run", *EL, GATE)
+    try:
+        wait_until(only.started.exists, "the run never reached its gate", 300)
+        gate = only.gate_pid()
+        held_by(file_backend, running.pid)
+        running.send_signal(signal.SIGKILL)
+        running.wait(timeout=60)
+        left = lease_of(file_backend)
+        assert left is not None
+        wait_until(lambda: not pid_alive(gate), "the step outlived the killed Meltano", 60)
+        assert time.time() < left.expires_at + 2, "the step ran on past the lease's expiry"
+    finally:
+        only.go.touch()
