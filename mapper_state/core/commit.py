@@ -233,12 +233,14 @@ def _save(
     return StateSnapshot(prior.state_id, value, version, writer, halves)
 
 
-def fence(store: BlobStore, prior: StateSnapshot, run_id: str) -> StateSnapshot:
+def fence(store: BlobStore, prior: StateSnapshot, lease: HeldLease) -> StateSnapshot:
     """Rewrite ``prior`` as it is (next serial: new bytes, a new version on every store),
     right after taking over a lease, so that a write the previous holder still has in
     flight, conditional on the version it saw, is refused. Raises :class:`LeaseLost`
-    when such a write landed first."""
-    return _swap(store, prior, prior.value, run_id)
+    when such a write landed first. Like every write, it is made under a confirmed lease
+    and ends while that holds."""
+    with _within(lease.confirm()):
+        return _swap(store, prior, prior.value, lease.run_id)
 
 
 def remove(store: BlobStore, lease: HeldLease, prior: StateSnapshot, options: Options) -> None:

@@ -132,7 +132,7 @@ class Session:
             if self.lease.took_over is None or not prior.exists or not self.writes_state:
                 return prior
             try:
-                fenced = commit.fence(self.store, prior, self.lease.run_id)
+                fenced = commit.fence(self.store, prior, self.lease)
             except LeaseLost:
                 continue  # the previous holder's write landed first: read it again
             log.info(

@@ -66,9 +66,31 @@ def simulate(seed: int, *, variant: Variant | None = None) -> Result:
         world.plan.describe(),
         monitor.checks,
         world.sim.steps,
-        dict(world.store.injected),
+        _fault_classes(world),
         dict(world.events.outcome),
     )
+
+
+def _fault_classes(world: World) -> dict[str, int]:
+    """What one schedule injected, by fault class: the network's faults as the store counted
+    them, and the world's (pauses, kills, breaks, the kind of store, clocks at the edge)."""
+    from mapper_state.core.lease import skew_allowance
+
+    faults = dict(world.store.injected)
+    edge = 0.9 * skew_allowance(world.plan.ttl)
+    counts = {
+        "pause": sum(1 for c in world.contenders.values() if c.pauses),
+        "kill": sum(1 for c in world.contenders.values() if c.killed),
+        "lock break": len(world.plan.breaks),
+        "lock break --force of a live holder": len(world.forced_live),
+        "store ignoring delete conditions": int(world.plan.faults.delete_conditions == "ignore"),
+        "store refusing delete conditions": int(world.plan.faults.delete_conditions == "refuse"),
+        "clock at the edge of the allowance": sum(
+            1 for spec in world.plan.contenders if abs(spec["offset"]) > edge
+        ),
+    }
+    faults.update({name: n for name, n in counts.items() if n})
+    return faults
 
 
 @dataclass

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mapper_state import runtime
+
 #: The true clock's epoch: records carry real-looking times.
 EPOCH = 1_800_000_000.0
 
@@ -74,6 +76,10 @@ class Contender:
     #: Set by the contender's program: what it is doing, for the trace.
     doing: str = ""
     pauses: list[tuple[float, float]] = field(default_factory=list)
+    #: At each step (a store call), the chance it is frozen, for how long, or killed.
+    pause_rate: float = 0.0
+    pause_range: tuple[float, float] = (0.0, 0.0)
+    kill_rate: float = 0.0
 
     def paused_extra(self, since: float) -> float:
         """Seconds this contender spent paused after ``since`` (true time)."""
@@ -211,7 +217,14 @@ class Sim:
             raise Killed
 
     def step(self) -> None:
-        """A point where the running thread may be overtaken (before a store call)."""
+        """A point where the running thread may be overtaken (before a store call), and
+        where its process may be frozen or killed, as the seed says (any step may be one)."""
+        who = self.current_contender()
+        if who is not None and not who.killed:
+            if who.pause_rate and self.rng.random() < who.pause_rate:
+                self.pause(who, self.rng.uniform(*who.pause_range))
+            elif who.kill_rate and self.rng.random() < who.kill_rate:
+                self.kill(who)
         self.block(lambda: True, None)
 
     # -- the scheduler -----------------------------------------------------------------
@@ -270,7 +283,11 @@ class Sim:
 
 
 class SimRuntime:
-    """``mapper_state.runtime.Runtime`` over the scheduler: each contender's own clock."""
+    """``mapper_state.runtime.Runtime`` over the scheduler: each contender's own clock.
+
+    A thread that is not simulated (one a test before left running) gets the real runtime,
+    so that it neither blocks the schedule nor is blocked by it.
+    """
 
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
@@ -279,31 +296,41 @@ class SimRuntime:
         who = self.sim.current_contender()
         return who.clock if who else None
 
+    def _outside(self) -> bool:
+        return self.sim.current() is None
+
     def time(self) -> float:
+        if self._outside():
+            return runtime.REAL.time()
         clock = self._clock()
         return clock.wall(self.sim.now) if clock else EPOCH + self.sim.now
 
     def monotonic(self) -> float:
+        if self._outside():
+            return runtime.REAL.monotonic()
         clock = self._clock()
         return clock.mono(self.sim.now) if clock else 1000.0 + self.sim.now
 
     def sleep(self, seconds: float) -> None:
+        if self._outside():
+            runtime.REAL.sleep(seconds)
+            return
         self.sim.block(None, self.sim.later(seconds))
 
-    def event(self) -> SimEvent:
-        return SimEvent(self.sim)
+    def event(self) -> runtime.Event:
+        return runtime.REAL.event() if self._outside() else SimEvent(self.sim)
 
-    def lock(self) -> SimLock:
-        return SimLock(self.sim)
+    def lock(self) -> runtime.Lock:
+        return runtime.REAL.lock() if self._outside() else SimLock(self.sim)
 
-    def thread(self, target: Callable[[], None], name: str) -> SimThread:
+    def thread(self, target: Callable[[], None], name: str) -> runtime.Thread:
         who = self.sim.current_contender()
         if who is None:
-            raise RuntimeError("a simulated thread started outside the simulation")
+            return runtime.REAL.thread(target, name)
         return self.sim.spawn(who, target, name)
 
     def current_thread(self) -> Any:
-        return self.sim.current()
+        return self.sim.current() or runtime.REAL.current_thread()
 
 
 class SimEvent:

@@ -123,7 +123,9 @@ def _ignoring_deletes(plan: Plan) -> Plan:
     """A store that ignores delete conditions and takes its time (a release sent close to
     the lease's expiry lands after a takeover), contenders resuming close to expiry."""
     plan = _paused_near_expiry(plan)
-    faults = replace(plan.faults, delete_conditions="ignore", slow_answer=0.5)
+    for spec in plan.contenders:
+        spec["pause_rate"] = 0.05  # frozen at a step: between deciding to delete and sending
+    faults = replace(plan.faults, delete_conditions="ignore", slow_answer=0.3)
     return replace(plan, faults=faults)
 
 
@@ -133,13 +135,15 @@ def _unchecked_session(self: session.Session) -> None:
 
 
 def _all_exec(plan: Plan) -> Plan:
-    """Commands under exec, their writes hanging, exec losing its lease to a break."""
+    """Commands under exec, their writes slow, exec's renewals failing (its lease running
+    out while a write is in flight), takers waiting."""
     for spec in plan.contenders:
         spec["kind"] = "exec"
         spec["records"] = 8
         spec["idle"] = plan.ttl / 4
-    plan.breaks = plan.breaks or [plan.ttl * 1.5]
-    return replace(plan, faults=replace(plan.faults, not_applied=0.25, slow_answer=0.4))
+    for spec in plan.contenders:
+        spec["wait"] = 4 * plan.ttl
+    return replace(plan, faults=replace(plan.faults, not_applied=0.4, slow_answer=0.4))
 
 
 def _all_run(plan: Plan) -> Plan:

@@ -113,6 +113,9 @@ def plan(seed: int, *, edge_clocks: bool | None = None) -> Plan:
                 "pause_at": round(rng.uniform(0, 4 * ttl), 3) if rng.random() < 0.3 else None,
                 "pause_for": round(rng.choice([ttl / 4, ttl, 3 * ttl]), 3),
                 "kill_at": round(rng.uniform(0, 4 * ttl), 3) if rng.random() < 0.2 else None,
+                # frozen or killed at a step (a store call) rather than at a moment
+                "pause_rate": rng.choice([0.0, 0.0, 0.01, 0.03]),
+                "kill_rate": rng.choice([0.0, 0.0, 0.0, 0.01]),
             }
         )
     if rng.random() < 0.3:
@@ -155,6 +158,9 @@ class World:
         sim = self.sim
         for spec in self.plan.contenders:
             c = sim.contender(spec["name"], Clock(spec["offset"], spec["drift"]))
+            c.pause_rate = spec.get("pause_rate", 0.0)
+            c.pause_range = (0.05 * self.plan.ttl, 1.5 * self.plan.ttl)
+            c.kill_rate = spec.get("kill_rate", 0.0)
             self.contenders[c.name] = c
             program = self._run_program if spec["kind"] == "run" else self._exec_program
             thread = sim.spawn(c, functools.partial(program, c, spec), "main")
@@ -171,8 +177,6 @@ class World:
             sim.run()
 
     def _kill(self, c: Contender) -> None:
-        if c.alive():
-            self.events.outcome.setdefault(c.name, "killed")
         self.sim.kill(c)
 
     @contextlib.contextmanager
@@ -218,6 +222,7 @@ class World:
         self.events.handed[c.name] = counter
         wake = self.wakes[c.name] = runtime.event()
         for _ in range(spec["records"]):
+            self._learning(c, session.check)  # stopped meanwhile: nothing more to wait for
             c.doing = "waiting for input"
             wake.wait(spec["idle"])
             wake.clear()

@@ -93,7 +93,7 @@ def try_acquire(store: BlobStore, me: Applicant, clock: Clock) -> Claim | LeaseR
         record = me.fresh_record(clock())
         claim = _create(store, me, record, clock)
         if claim is not None:
-            return _prove_exclusive(store, claim, clock)
+            return _fresh(store, _prove_exclusive(store, claim, clock), clock)
         holder, blob = read_lease(store, me.state_id)
         if blob is None:
             continue  # released in between: try to create it again
@@ -101,9 +101,23 @@ def try_acquire(store: BlobStore, me: Applicant, clock: Clock) -> Claim | LeaseR
             return holder
         claim = _take_over(store, me, holder, blob, clock)
         if claim is not None:
-            return _prove_exclusive(store, claim, clock)
+            return _fresh(store, _prove_exclusive(store, claim, clock), clock)
     holder, _ = read_lease(store, me.state_id)
     return holder or record or me.fresh_record(clock())  # still contended: busy for now
+
+
+def _fresh(store: BlobStore, claim: Claim, clock: Clock) -> Claim | LeaseRecord:
+    """The claim just taken, unless it is already near its expiry: its record was made
+    before the write, and a process frozen in between (a stop, a pause) wrote a lease that
+    others may already call expired. Such a claim is renewed at once; if that is refused,
+    someone took it meanwhile: busy."""
+    if clock() < claim.record.expires_at - skew_allowance(claim.ttl):
+        return claim
+    try:
+        return renew(store, claim, clock)
+    except LeaseLost:
+        holder, _ = read_lease(store, claim.state_id)
+        return holder or claim.record
 
 
 def _create(store: BlobStore, me: Applicant, record: LeaseRecord, clock: Clock) -> Claim | None:
