@@ -37,6 +37,10 @@ from mapper_state.stores.base import BlobStore
 
 #: The environment variable naming the leases an enclosing ``exec`` holds (a JSON list).
 HELD_LEASE_VAR = "MAPPER_STATE_HELD_LEASE"
+#: The owner token of the enclosing run (a Meltano process sets it for the plugins it
+#: starts): every lease a process inside it takes carries it as the record's ``owner``, so
+#: that the run recognises its own leases (:func:`~mapper_state.core.lease.is_held_by`).
+OWNER_VAR = "MAPPER_STATE_RUN_OWNER"
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class HeldLease:
     run_id: str
     #: The store's ``display_uri`` (no secret in it).
     store: str
+    #: The owner token the lease record carries (empty: the run ID is the token).
+    owner: str = ""
 
 
 def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
@@ -54,7 +60,12 @@ def held_leases(env: Mapping[str, str] | None = None) -> list[HeldLease]:
     raw = (os.environ if env is None else env).get(HELD_LEASE_VAR, "")
     try:
         items = json.loads(raw) if raw else []
-        return [HeldLease(str(i["state_id"]), str(i["run_id"]), str(i["store"])) for i in items]
+        return [
+            HeldLease(
+                str(i["state_id"]), str(i["run_id"]), str(i["store"]), str(i.get("owner") or "")
+            )
+            for i in items
+        ]
     except (ValueError, TypeError, KeyError):
         return []
 
@@ -75,10 +86,10 @@ def held_here(
     return next((h for h in held_leases(env) if h.state_id == state_id and h.store == where), None)
 
 
-def is_this_run(holder: LeaseRecord | None, run_id: str, now: float) -> bool:
-    """Is ``holder`` the lease of run ``run_id``, held, and not within the skew allowance of
-    its expiry (where the holder itself would call it lost)?"""
-    return is_held_by(holder, run_id, now)
+def is_this_run(holder: LeaseRecord | None, owner: str, now: float) -> bool:
+    """Is ``holder`` the lease of the run whose owner token is ``owner``, held, and not
+    within the skew allowance of its expiry (where the holder itself would call it lost)?"""
+    return is_held_by(holder, owner, now)
 
 
 class InheritedLease(Lease):
@@ -92,9 +103,9 @@ class InheritedLease(Lease):
     def confirm(self) -> None:
         """Fencing: :class:`LeaseLost` unless the lease is still the enclosing run's."""
         holder, _ = read_lease(self.store, self.state_id)
-        if is_this_run(holder, self.run_id, self.clock()):
+        if is_this_run(holder, self.owner or self.run_id, self.clock()):
             return
-        ours = holder is not None and holder.held and holder.run_id == self.run_id
+        ours = is_held_by(holder, self.owner or self.run_id)
         now = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
         raise LeaseLost(
             f"the lease on {self.state_id} of the enclosing run {self.run_id} "
@@ -131,7 +142,9 @@ def lease_for(
     """The lease a writer of ``state_id`` works under: the enclosing run's if the environment
     names one on this state ID in this store, else a lease of its own (``Lease.for_settings``)."""
     held = held_here(store, state_id, env)
+    kwargs.setdefault("owner", (os.environ if env is None else env).get(OWNER_VAR, ""))
     if held is None:
         return Lease.for_settings(store, state_id, settings, **kwargs)
     kwargs["run_id"] = held.run_id
+    kwargs["owner"] = held.owner  # the token its record carries ("": its run ID)
     return InheritedLease.for_settings(store, state_id, settings, **kwargs)

@@ -56,14 +56,17 @@ WRITERS = 8
 # -- Meltano with the add-on ------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def meltano_addon(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) -> Path:
-    """``meltano`` of a venv holding Meltano 4.4.1 and the project's wheel (made once for
-    the run, whichever worker asks first)."""
+def addon_launcher(
+    tmp_path_factory: pytest.TempPathFactory, built_dist: Dist, minor: str | None = None
+) -> Path:
+    """``meltano`` of a venv holding Meltano ``minor`` (default the one the run tests,
+    :data:`tools.MELTANO_MINOR`) and the project's wheel (made once for the run, whichever
+    worker asks first)."""
+    minor = minor or tools.MELTANO_MINOR
 
     def make(root: Path) -> None:
         venv = root / "venv"
-        tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]")
+        tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]", minor=minor)
         launcher = venv / "bin" / "meltano"
         launcher.write_text(
             f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom meltano.cli import main\n"
@@ -71,7 +74,14 @@ def meltano_addon(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) ->
         )
         launcher.chmod(0o755)
 
-    return built_once(tmp_path_factory, "meltano-addon-venv", make) / "venv" / "bin" / "meltano"
+    name = "meltano-addon-venv" + ("" if minor == tools.NEWEST_MELTANO else f"-{minor}")
+    return built_once(tmp_path_factory, name, make) / "venv" / "bin" / "meltano"
+
+
+@pytest.fixture(scope="session")
+def meltano_addon(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) -> Path:
+    """``meltano`` with the add-on, of the Meltano minor the run tests."""
+    return addon_launcher(tmp_path_factory, built_dist)
 
 
 @dataclass
@@ -450,12 +460,13 @@ def test_an_older_meltano_is_refused_with_the_version_it_needs() -> None:
 
     code = (
         "from mapper_state.meltano.backend import check_meltano_version as c\n"
-        "c('4.4.1'); c('5.0.0')\n"
-        "try:\n    c('3.7.2')\nexcept Exception as e:\n    print(e)\n"
+        "c('3.7.0'); c('4.4.1'); c('5.0.0')\n"
+        "try:\n    c('3.6.0')\nexcept Exception as e:\n    print(e)\n"
     )
     printed = beside_meltano(code)
     needed = ".".join(map(str, MINIMUM_MELTANO))
-    assert f"needs Meltano {needed} or newer (found 3.7.2)" in printed
+    assert needed == "3.7"
+    assert f"needs Meltano {needed} or newer (found 3.6.0)" in printed
 
 
 def test_a_relative_file_uri_is_the_projects_from_any_directory(

@@ -40,6 +40,7 @@ class Claim:
         wait: float = 0.0,
         run_id: str | None = None,
         command: str | None = None,
+        owner: str = "",
         secrets: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -52,6 +53,7 @@ class Claim:
         self.clock = clock
         self.run_id = run_id or new_run_id()
         self.command = current_command(secrets) if command is None else command
+        self.owner = owner
         self.record: LeaseRecord | None = None
         self.version: str | None = None
         self.lost: LeaseLost | None = None
@@ -77,6 +79,7 @@ class Claim:
             renewed_at=now,
             expires_at=now + self.ttl,
             ttl_seconds=self.ttl,
+            owner=self.owner,
         )
 
     def _ours(self, record: LeaseRecord | None) -> bool:
