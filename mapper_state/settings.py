@@ -36,10 +36,16 @@ ENV_PREFIX = "MAPPER_STATE_"
 #: hundred years no longer fits the clock Python waits on (an internal error, not a wait).
 SECONDS_MAX = 1e9
 #: ``MAPPER_STATE_*`` variables that are not settings: ``MAPPER_STATE_DEBUG`` (log.py), the
-#: lease an enclosing ``exec`` holds (core/inherited.py), the test suite's tools directory
-#: and the chaos suite's budget (tests/chaos/conftest.py).
+#: lease an enclosing ``exec`` holds and the owner token of an enclosing Meltano run
+#: (core/inherited.py), the test suite's tools directory and the chaos suite's budget
+#: (tests/chaos/conftest.py).
 OTHER_VARIABLES = frozenset(
-    {"MAPPER_STATE_DEBUG", "MAPPER_STATE_HELD_LEASE", "MAPPER_STATE_TOOLS_DIR"}
+    {
+        "MAPPER_STATE_DEBUG",
+        "MAPPER_STATE_HELD_LEASE",
+        "MAPPER_STATE_RUN_OWNER",
+        "MAPPER_STATE_TOOLS_DIR",
+    }
 )
 OTHER_VARIABLE_PREFIXES = ("MAPPER_STATE_CHAOS",)
 
