@@ -81,7 +81,9 @@ def test_every_internal_the_hook_uses_is_found(launcher: Path, minor: str) -> No
     assert {name: problem for name, problem in answers.items() if problem} == {}
 
 
-def test_installing_it_breaks_no_meltano_command(tmp_path: Path, launcher: Path) -> None:
+def test_installing_it_breaks_no_meltano_command(
+    tmp_path: Path, launcher: Path, minor: str
+) -> None:
     """With mapper-state in Meltano's venv and the add-on not in use: ``meltano init``, then
     commands of the new project, run as without it; the add-on's settings are listed."""
     env = tools.tool_env(
@@ -99,7 +101,12 @@ def test_installing_it_breaks_no_meltano_command(tmp_path: Path, launcher: Path)
 
     meltano("init", "fresh", "--no_usage_stats", cwd=tmp_path)
     project = tmp_path / "fresh"
-    listed = meltano("config", "meltano", "list", cwd=project)
+    # Meltano 4.0 turned `meltano config PLUGIN list` into `meltano config list PLUGIN`; 4.3
+    # lists the configured settings only, unless `--all`
+    order = ["meltano", "list"] if minor.startswith("3.") else ["list", "meltano"]
+    if tuple(map(int, minor.split("."))) >= (4, 3):
+        order.append("--all")
+    listed = meltano("config", *order, cwd=project)
     assert "state_backend.lock_wait_seconds" in listed, listed
     assert "state_backend.mapper-state+s3.region" in listed, listed
     meltano("state", "list", cwd=project)
