@@ -24,7 +24,7 @@ STAMP := $(VENV)/.installed
 export UV_COMPILE_BYTECODE := 1
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-fast test-e2e test-wheel chaos simulate bench lint format reference dist image setup tools clean mutants
+.PHONY: demo test test-fast test-e2e test-wheel test-meltano-versions chaos simulate bench lint format reference dist image setup tools clean mutants
 
 $(STAMP): pyproject.toml examples/tap-sample/pyproject.toml
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
@@ -39,6 +39,7 @@ setup: $(STAMP)
 tools:
 	@scripts/install-system.sh
 	@scripts/install-tools.sh
+	@scripts/install-meltano-versions.sh
 	@scripts/install-emulators.sh
 
 demo: setup
@@ -66,6 +67,24 @@ test-e2e: setup tools
 
 test-wheel: setup tools
 	$(BIN)/pytest -q -m wheel
+
+# Every Meltano minor the add-on supports (tests/e2e/meltano_versions.txt, the newest patch of
+# each): the end-to-end tests of the add-on, the whole-run lease and the mapper plugin once
+# per minor (MAPPER_STATE_MELTANO chooses the Meltano of tests/e2e/tools.py), then
+# tests/e2e/test_meltano_versions.py across every minor. `make test` runs that module on the
+# oldest minor and everything else on the newest. Meltano's own state tests run from the
+# newest sdist only (tests/e2e/test_meltano_own_tests.py pins it with its hash).
+MELTANO_VERSION_TESTS := tests/e2e/test_meltano_backend.py tests/e2e/test_meltano_run_lease.py \
+  tests/e2e/test_meltano_plugin.py tests/e2e/test_meltano.py tests/e2e/test_meltano_uri.py
+test-meltano-versions: setup tools
+	@scripts/install-meltano-versions.sh --all
+	@set -e; for minor in $$(grep -v '^#' tests/e2e/meltano_versions.txt | awk 'NF {print $$1}'); do \
+	  echo "== Meltano $$minor"; \
+	  MAPPER_STATE_MELTANO=$$minor $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) \
+	    --dist worksteal $(PYTEST_ARGS) $(MELTANO_VERSION_TESTS); \
+	done
+	MAPPER_STATE_MELTANO_VERSIONS=all $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) \
+	  --dist worksteal $(PYTEST_ARGS) tests/e2e/test_meltano_versions.py
 
 # The chaos suite at its full budget (tests/chaos/conftest.py): 8 holders x 200 rounds per
 # store, 50 SIGKILL rounds, 2,000 examples per property; the figures go to output/chaos.jsonl

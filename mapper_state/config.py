@@ -24,6 +24,7 @@ from mapper_state.stores.base import StoreType
 OTHER_VARIABLES = (
     "MAPPER_STATE_DEBUG",
     "MAPPER_STATE_HELD_LEASE",
+    "MAPPER_STATE_RUN_OWNER",
     "MAPPER_STATE_RUN_TOKENS",
     "MAPPER_STATE_TOOLS_DIR",
     "MAPPER_STATE_CHAOS*",

@@ -26,6 +26,7 @@ class ExitCode(enum.IntEnum):
     NOT_FOUND = 10
     UNSAFE_STORE = 11
     STALE = 12  # state list --stale: some states have not moved for that long
+    UNGUARDED = 13  # a Meltano run the whole-run lease cannot guard, require_run_lease set
     INTERRUPTED = 130  # 128 + SIGINT; SIGTERM gives 143
 
 
@@ -106,3 +107,10 @@ class Interrupted(MapperStateError):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum}", exit_code=128 + signum)
         self.signum = signum
+
+
+class Unguarded(MapperStateError):
+    """A ``meltano run`` that the whole-run lease cannot guard on this Meltano, refused
+    because ``state_backend.require_run_lease`` is set."""
+
+    exit_code = ExitCode.UNGUARDED

@@ -31,8 +31,10 @@ def test_the_wheel_declares_them_to_meltano() -> None:
     declared = project["entry-points"]["meltano.settings"]
     assert "state_backend.mapper-state+s3.aws_secret_access_key" in declared
     assert "state_backend.lock_wait_seconds" in declared
+    assert "state_backend.require_run_lease" in declared
     assert {v.rpartition(":")[2] for v in declared.values()} == {
         "lock_wait_seconds",
+        "require_run_lease",
         *(
             attr
             for attr, _ in backend_schemes.addon_settings(backend_schemes.builtin_offered_stores())

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.dist import Installed
 from tests.servers import StoreLocation
 from tests.support.cli import invoke
 from tests.support.processes import clean_env
@@ -140,3 +141,59 @@ def test_without_a_store_in_meltano_yml_the_default_stays(
 def test_outside_a_project_the_default_stays(tmp_path: Path) -> None:
     put(f"file://{tmp_path}/.mapper-state", {"n": 6})
     assert json.loads(get(tmp_path).stdout) == {"n": 6}
+
+
+# -- with and without PyYAML ---------------------------------------------------------------
+
+
+def _wheel_cli(installed: Installed, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``mapper-state ARGS`` of the plain wheel (no PyYAML: what ``uv tool install`` gives)."""
+    return subprocess.run(
+        [str(installed.bin / "mapper-state"), *args],
+        cwd=cwd, env=installed.env(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_an_explicit_uri_reads_no_meltano_file(tmp_path: Path, installed_wheel: Installed) -> None:
+    """``--state-backend-uri`` given: the project's ``meltano.yml`` is neither read (a broken
+    one is no error) nor warned about (no PyYAML is no warning)."""
+    root = tmp_path / "project"
+    sub = project(root, {"uri": "mapper-state+file://states"})
+    store = f"file://{tmp_path}/elsewhere"
+    put(store, {"n": 4})
+    probe = installed_wheel.python("import importlib.util; print(importlib.util.find_spec('yaml'))")
+    assert probe == "None", "the plain wheel brings PyYAML"
+    result = _wheel_cli(installed_wheel, sub, "state", "get", ID, "--state-backend-uri", store)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"n": 4}
+    assert "meltano.yml" not in result.stderr, result.stderr
+    assert "PyYAML" not in result.stderr, result.stderr
+    (root / "meltano.yml").write_text("state_backend: [unclosed\n")
+    again = invoke("state", "get", ID, "--state-backend-uri", store, cwd=sub, env=clean_env())
+    assert again.returncode == 0, again.stderr
+    assert b"meltano.yml" not in again.stderr, again.stderr
+
+
+def test_without_pyyaml_the_projects_store_is_found(
+    tmp_path: Path, installed_wheel: Installed
+) -> None:
+    """No PyYAML (a ``uv tool install mapper-state``): the ``state_backend`` of a
+    ``meltano.yml`` as ``meltano config set`` writes it is read all the same."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "meltano.yml").write_text(
+        "version: 1\ndefault_environment: dev\n"
+        "state_backend:\n"
+        "  uri: mapper-state+file://states  # the add-on\n"
+        "  lock_timeout_seconds: 60\n"
+        "  mapper-state+file:\n"
+        "    history_keep: 3\n"
+        "environments:\n- name: dev\n"
+    )
+    (root / "sub").mkdir()
+    put(f"file://{root}/states", {"n": 5})
+    result = _wheel_cli(installed_wheel, root / "sub", "state", "get", ID)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"n": 5}
+    assert f"store file://{root}/states" in result.stderr, result.stderr
+    assert "PyYAML" not in result.stderr, result.stderr

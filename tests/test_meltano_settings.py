@@ -33,7 +33,8 @@ BOOKMARK = {"bookmarks": {"events": {"replication_key_value": "2024-01-01T00:00:
 
 # -- the repository's meltano.yml ------------------------------------------------------
 
-MELTANO_KIND = {"string": "string", "number": "decimal", "integer": "integer", "boolean": "boolean"}
+#: A number is a ``string`` (Meltano 3.7 knows no ``decimal``; mapper-state reads it).
+MELTANO_KIND = {"string": "string", "number": "string", "integer": "integer", "boolean": "boolean"}
 
 
 def _meltano_yml() -> dict[str, Any]:

@@ -28,7 +28,14 @@ from mapper_state.errors import ExitCode, MapperStateError
 from mapper_state.meltano import env as meltano_env
 from mapper_state.meltano import project as meltano_project
 from mapper_state.redact import display_uri
-from mapper_state.settings import RUN_SETTINGS, URI_SETTING, FlagGroup, Settings, SettingSpec
+from mapper_state.settings import (
+    RUN_SETTINGS,
+    URI_SETTING,
+    FlagGroup,
+    Settings,
+    SettingSpec,
+    SettingsSource,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -188,7 +195,12 @@ def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Se
     a setting's name) is a warning naming the setting it probably meant.
     """
     project = meltano_project.ProjectSource()
-    settings = load_settings(flags, config_files, sources=[project, meltano_env.SOURCE])
+    # a URI given on the command line: no Meltano project file is read, nor warned about
+    explicit = bool((flags or {}).get(URI_SETTING))
+    sources: list[SettingsSource] = [meltano_env.SOURCE]
+    if not explicit:
+        sources.insert(0, project)
+    settings = load_settings(flags, config_files, sources=sources)
     log.configure(settings)
     log.singer_sdk_lines(meltano_env.parses_structured_lines())
     for warning in settings.warnings:

@@ -42,6 +42,11 @@ HELD_LEASE_VAR = "MAPPER_STATE_HELD_LEASE"
 EXEC = "mapper-state exec"
 MELTANO_RUN = "the Meltano run"
 
+#: The owner token of the enclosing run (a Meltano process sets it for the plugins it
+#: starts): every lease a process inside it takes carries it as the record's ``owner``, so
+#: that the run recognises its own leases (:func:`~mapper_state.core.lease.is_held_by`).
+OWNER_VAR = "MAPPER_STATE_RUN_OWNER"
+
 
 @dataclass(frozen=True)
 class HeldLease:
@@ -198,6 +203,7 @@ def lease_for(
     """The lease a writer of ``state_id`` works under: the enclosing run's if the environment
     names one on this state ID in this store, else a lease of its own (``Lease.for_settings``)."""
     held = held_here(store, state_id, env)
+    kwargs.setdefault("owner", (os.environ if env is None else env).get(OWNER_VAR, ""))
     if held is None:
         return Lease.for_settings(store, state_id, settings, **kwargs)
     return InheritedLease.for_settings(store, state_id, held, settings, **kwargs)

@@ -25,13 +25,10 @@ import fnmatch
 import functools
 import os
 import re
-import socket
-import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 from meltano.core.error import MeltanoError
@@ -40,13 +37,18 @@ from meltano.core.state_store.base import MeltanoState, StateStoreManager
 from mapper_state import log
 from mapper_state.config import load_settings
 from mapper_state.core import commit, history, inherited, state
-from mapper_state.core.lease import Lease, LeaseRecord, read_lease
+from mapper_state.core.lease import Lease, LeaseRecord, is_held_by, lost_to, read_lease
 from mapper_state.core.state import singer_state
 from mapper_state.errors import BadInput, LeaseBusy, LeaseLost, MapperStateError
-from mapper_state.meltano import backend_schemes
-from mapper_state.meltano.env import SOURCE
-from mapper_state.meltano.keeper import kept_for
-from mapper_state.settings import Settings
+from mapper_state.meltano import backend_schemes, run_hook
+from mapper_state.meltano.env import SOURCE, claim_run_owner
+from mapper_state.meltano.refusal import (  # noqa: F401 - Refused, in_addon_words: the add-on's words
+    Refused,
+    errors_as_meltano,
+    in_addon_words,
+    install_hint,
+)
+from mapper_state.settings import Settings, coerce
 from mapper_state.stores import open_configured_store, split_uri
 from mapper_state.stores.base import BlobStore, listing
 
@@ -123,73 +125,15 @@ def resolve_settings(
     settings = load_settings(flags, env=env, sources=[SOURCE], defaults=wait)
     values = dict(settings.values)
     # Meltano's default lock timeout (10 s) would leave each request a 3 s retry deadline
-    ttl = max(settings.lock_timeout, backend_schemes.MINIMUM_TTL_SECONDS)
+    ttl = backend_schemes.floored_ttl(settings.lock_timeout)
     values["state_backend.lock_timeout_seconds"] = ttl
     return Settings(values, settings.sources, settings.secret_names, settings.other_secrets)
 
 
-class Refused(SystemExit):
-    """A mapper-state error inside a Meltano command: one line on stderr, then the exit code.
-
-    Meltano wraps any ``Exception`` a state write raises in its own error and prints the
-    traceback; a ``SystemExit`` passes through its handlers, so the user sees the sentence.
-    """
-
-    def __init__(self, error: MapperStateError, hint: str = "") -> None:
-        log.error(in_addon_words(error.message) + (f" ({hint})" if hint else ""))
-        super().__init__(error.exit_code)
-
-
-_EXTRA_HINT = re.compile(r"\(pip install 'mapper-state\[(?P<extra>[a-z0-9_-]+)\]'\)")
-
-
-def in_addon_words(message: str, prefix: str = sys.prefix) -> str:
-    """A store's message as a Meltano user can act on it: its settings by the names Meltano
-    gives them (``state_backend.mapper-state+s3.region``, not ``state_backend.s3.region``),
-    and a missing library installed into the environment Meltano runs from."""
-    for store in backend_schemes.offered_stores():
-        message = re.sub(
-            rf"\bstate_backend\.{re.escape(store.section)}\.",
-            f"state_backend.{backend_schemes.scheme_of(store)}.",
-            message,
-        )
-    return _EXTRA_HINT.sub(lambda m: f"({install_hint(m['extra'], prefix)})", message)
-
-
-def install_hint(extra: str, prefix: str = sys.prefix) -> str:
-    """How to add ``mapper-state[extra]`` to the environment Meltano runs from."""
-    wanted = f"'mapper-state[{extra}]'"
-    uv_tool = Path(prefix, "uv-receipt.toml").exists()  # what `uv tool install` leaves
-    if uv_tool or f"{os.sep}uv{os.sep}tools{os.sep}" in prefix + os.sep:
-        return f"uv tool install --reinstall meltano --with {wanted}"
-    if f"{os.sep}pipx{os.sep}venvs{os.sep}" in prefix + os.sep:
-        return f"pipx inject meltano {wanted}"
-    return f"{Path(prefix, 'bin', 'python')} -m pip install {wanted}"
-
-
-_BUSY_HINT = (
-    "wait for it to finish, raise state_backend.lock_wait_seconds, or "
-    "`mapper-state lock break` a holder known to be dead"
-)
-
-
-class _Translate(contextlib.AbstractContextManager[None]):
-    """Turn mapper-state's errors into a clean exit with one line."""
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if isinstance(exc, LeaseBusy):
-            raise Refused(exc, _BUSY_HINT) from None
-        if isinstance(exc, MapperStateError):
-            raise Refused(exc) from None
-
-
-def _errors_as_meltano() -> contextlib.AbstractContextManager[None]:
-    return _Translate()
-
-
 @dataclass
 class RunLease:
-    """The lease of the ``meltano run`` this process is: its mapper's, or its keeper's.
+    """The lease of the ``meltano run`` this process is: its whole-run lease's, its mapper's,
+    or its keeper's, recognised by the run's owner token (:func:`claim_run_owner`).
 
     Meltano's own state writes in that run go through under it (one lease per run) rather
     than wait for it. They are fenced by checking that the run still holds it, then by the
@@ -201,36 +145,22 @@ class RunLease:
     state_id: str
     run_id: str
     command: str
+    owner: str = field(default="")
 
     def confirm(self) -> None:
         holder, _ = read_lease(self.store, self.state_id)
-        if holder is None or holder.run_id != self.run_id or not holder.held:
-            raise LeaseLost(f"the lease of this run on {self.state_id} is gone; not writing")
+        if not is_held_by(holder, self.owner, time.time()):
+            raise LeaseLost(
+                f"the lease of this run on {self.state_id} is gone or about to expire "
+                f"({lost_to(holder, self.run_id)}); not writing"
+            )
 
 
-def _parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[1])
-
-
-def _handing_over(holder: LeaseRecord) -> bool:
-    """A holder on this host whose process is gone: a mapper handing its lease to its keeper
-    (or one that crashed, whose lease expires): nothing to tell the user yet."""
-    return holder.host == socket.gethostname() and not Path(f"/proc/{holder.pid}").exists()
-
-
-def is_this_run(holder: LeaseRecord) -> bool:
-    """Is the lease held for this Meltano process: by itself (the whole-run lease of
-    :mod:`mapper_state.meltano.run_lease`), by its mapper, or by the keeper it left?"""
-    if holder.host != socket.gethostname() or not holder.held:
-        return False
-    me = os.getpid()
-    return (
-        holder.pid == me or holder.command.startswith(kept_for(me)) or _parent_of(holder.pid) == me
-    )
+def is_this_run(holder: LeaseRecord | None) -> bool:
+    """Is the lease held for this Meltano process's run: by itself (the whole-run lease of
+    :mod:`mapper_state.meltano.run_lease`), by its mapper, or by the keeper it left? All
+    carry the run's owner token."""
+    return is_held_by(holder, claim_run_owner())
 
 
 class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
@@ -241,7 +171,12 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         super().__init__(**kwargs)
         #: Meltano's keyword arguments, as given.
         self.given = dict(kwargs)
-        with _errors_as_meltano():
+        with errors_as_meltano():
+            require = coerce(
+                backend_schemes.REQUIRE_RUN_LEASE, kwargs.get("require_run_lease"), "Meltano"
+            )
+            run_hook.check_guarded(meltano_command(), bool(require))
+            self.owner = claim_run_owner()
             self.settings = resolve_settings(kwargs)
             self.store: BlobStore = open_configured_store(self.settings)
         #: The leases this process holds, and the version of each state read under them.
@@ -261,7 +196,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
 
     # -- reading -----------------------------------------------------------------------
     def get(self, state_id: str) -> MeltanoState | None:
-        with _errors_as_meltano():
+        with errors_as_meltano():
             snapshot = state.load(self.store, state_id)
         if state_id in self._leases:
             self._seen[state_id] = snapshot
@@ -278,7 +213,7 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         """One listing of the store (the history's prefix skipped), whatever the pattern."""
         prefix = re.split(r"[*?\[]", pattern, maxsplit=1)[0] if pattern else ""
         suffix = "/" + state.STATE_FILE
-        with _errors_as_meltano():
+        with errors_as_meltano():
             keys = [e.key for e in listing(self.store, prefix, exclude=history.HISTORY_ROOT)]
         found = (key.removesuffix(suffix) for key in keys if key.endswith(suffix))
         ids = sorted(
@@ -298,14 +233,17 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         if state_id in self._leases:  # already ours (a write inside Meltano's own lock)
             yield
             return
-        with _errors_as_meltano():
+        with errors_as_meltano():
             state.validate_state_id(state_id)
             lease = inherited.lease_for(self.store, state_id, self.settings)  # exec's, or ours
             lease.retry = retry_seconds or lease.retry
-            holder = self._wait_for(lease)
-            if holder is not None:  # this run's own lease
+            holder = lease.try_acquire()
+            if holder is not None and is_this_run(holder):  # this run's own lease
                 yield from self._under_the_run(state_id, holder)
                 return
+            if holder is not None:  # another run's: wait for it as any holder waits
+                lease.wait = self.settings.lock_wait
+                lease.acquire()
             lease.start_heartbeat()
         self._leases[state_id] = lease
         try:
@@ -313,32 +251,13 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         finally:
             self._leases.pop(state_id, None)
             self._seen.pop(state_id, None)
-            with _errors_as_meltano():
+            with errors_as_meltano():
                 lease.release()
 
-    def _wait_for(self, lease: inherited.AnyLease) -> LeaseRecord | None:
-        """Take the lease, waiting up to ``lock_wait_seconds`` for a busy one, polling every
-        ``retry`` seconds; ``None`` once taken, or the holder's record if it is this run's.
-
-        The run's lease may be in the middle of its hand-over from the mapper to the keeper
-        (the record still names the mapper, which has exited): the next poll sees the keeper.
-        """
-        deadline = time.monotonic() + self.settings.lock_wait
-        said = False
-        while (holder := lease.try_acquire()) is not None:
-            if is_this_run(holder):
-                return holder
-            if time.monotonic() + lease.retry > deadline:
-                waited = f" after waiting {self.settings.lock_wait:g}s"
-                raise LeaseBusy(f"state ID {lease.state_id} is busy{waited}: {holder.describe()}")
-            if not said and not _handing_over(holder):
-                log.info(f"state ID {lease.state_id} is busy, waiting: {holder.describe()}")
-                said = True
-            time.sleep(lease.retry)
-        return None
-
     def _under_the_run(self, state_id: str, holder: LeaseRecord) -> Iterator[None]:
-        self._leases[state_id] = RunLease(self.store, state_id, holder.run_id, holder.command)
+        self._leases[state_id] = RunLease(
+            self.store, state_id, holder.run_id, holder.command, holder.owner_token
+        )
         try:
             yield
         finally:
@@ -354,14 +273,14 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
     # -- writing -------------------------------------------------------------------------
     def set(self, meltano_state: MeltanoState) -> None:
         state_id = meltano_state.state_id
-        with self._held(state_id) as lease, _errors_as_meltano():
+        with self._held(state_id) as lease, errors_as_meltano():
             self._write(lease, state_id, document_of(meltano_state), explicit=operator_write())
 
     def set_all(self, states: Iterable[MeltanoState]) -> int:
         """``meltano state import``: every state ID and lease checked before the first write;
         a write refused after that says which states were written and which were not."""
         pending = list(states)
-        with _errors_as_meltano():
+        with errors_as_meltano():
             for each in pending:
                 state.validate_state_id(each.state_id)
             for each in pending:
@@ -428,19 +347,23 @@ class MapperStateBackend(StateStoreManager):  # type: ignore[misc]
         self._seen[state_id] = outcome.stored
 
     def delete(self, state_id: str) -> None:
-        with self._held(state_id) as lease, _errors_as_meltano():
+        """``meltano state clear``: through the commit path (the prior state kept in the
+        history, the lease confirmed, the delete conditional on the version read, with the
+        fallback of a store that refuses conditional deletes); a state another writer
+        changed after that read is refused as a lost lease, as a ``set`` is."""
+        with self._held(state_id) as lease, errors_as_meltano():
             prior = self._seen.get(state_id) or state.load(self.store, state_id)
             if not prior.exists:
                 return
-            keep = self.settings.history_keep
-            history.record_if_missing(self.store, state_id, prior.value, keep=keep)
-            lease.confirm()
-            self.store.delete(state.state_key(state_id), if_version=prior.version)
+            options = commit.Options(
+                note=NOTE, history_keep=self.settings.history_keep, keep_prior=True
+            )
+            commit.remove(self.store, lease, prior, options)
             self._seen.pop(state_id, None)
 
     def migrate(self) -> None:
         """Move what older mapper-state versions left (``<id>/history/``) to today's layout."""
-        with _errors_as_meltano():
+        with errors_as_meltano():
             moved = history.migrate_legacy(self.store)
         snapshots = "1 history snapshot" if moved == 1 else f"{moved} history snapshots"
         log.info(

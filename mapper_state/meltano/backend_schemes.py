@@ -32,9 +32,11 @@ from mapper_state.stores import builtin_store_types, split_uri, store_types
 from mapper_state.stores.base import StoreType
 
 PREFIX = "mapper-state+"
-#: Meltano 4.4 is the first with every method the add-on implements (``close``, ``get_all``,
-#: ``set_all``, ``migrate``) and the keyword arguments it reads; 4.4.1 is what is tested.
-MINIMUM_MELTANO = (4, 4)
+#: Meltano 3.7 is the first that loads state backends from the ``meltano.state_backends``
+#: entry points (3.6 has no such group). The methods newer releases added (``close``,
+#: ``get_all``, ``set_all``, ``migrate``) are implemented here and simply not called by an
+#: older one. Every minor from 3.7 to 4.4 is tested (``make test-meltano-versions``).
+MINIMUM_MELTANO = (3, 7)
 #: Stores a Meltano project cannot share between its processes are not offered.
 NOT_OFFERED = frozenset({"memory"})
 #: What one of Meltano's state writes (``meltano state set``, a run's write without the
@@ -61,6 +63,21 @@ LOCK_WAIT = dataclasses.replace(
     default=None,
     flag=None,
 )
+#: Refuse a ``meltano run`` the whole-run lease cannot guard, rather than warn and run.
+REQUIRE_RUN_LEASE = SettingSpec(
+    "state_backend.require_run_lease",
+    "boolean",
+    "Refuse (exit 13) a meltano run, el or elt that the whole-run lease cannot guard on "
+    "this Meltano, instead of a warning (mapper-state's state backend; default false).",
+)
+#: The settings the add-on declares once for every scheme (Meltano passes each to it).
+ADDON_SETTINGS = (LOCK_WAIT, REQUIRE_RUN_LEASE)
+
+
+def floored_ttl(seconds: float) -> float:
+    """A lease TTL raised to :data:`MINIMUM_TTL_SECONDS`, the one floor of every Meltano
+    reading (the add-on's ``lock_timeout_seconds``, the mapper's Meltano variable)."""
+    return max(seconds, MINIMUM_TTL_SECONDS)
 
 
 def offered_stores() -> tuple[StoreType, ...]:
@@ -113,7 +130,8 @@ def addon_settings(
     one), with the attribute of :mod:`~mapper_state.meltano.backend_settings` that holds it.
     The lease's bound is the add-on's own: it comes only with the default."""
     if stores is None:
-        yield "lock_wait_seconds", LOCK_WAIT
+        for spec in ADDON_SETTINGS:
+            yield spec.name.rsplit(".", 1)[1], spec
     for store in offered_stores() if stores is None else stores:
         for spec in scheme_settings(store):
             yield f"{store.section}__{spec.name.rsplit('.', 1)[1]}", spec
@@ -139,9 +157,11 @@ def entry_points_toml(stores: Iterable[StoreType] | None = None) -> str:
     ]
     lines += ["", '[project.entry-points."meltano.settings"]']
     if stores is None:
-        lines.append(
-            f'"{LOCK_WAIT.name}" = "mapper_state.meltano.backend_settings:lock_wait_seconds"'
-        )
+        lines += [
+            f'"{spec.name}" = "mapper_state.meltano.backend_settings:{attr}"'
+            for attr, spec in addon_settings()
+            if spec in ADDON_SETTINGS
+        ]
     lines += [
         f'"{spec.name}" = "mapper_state.meltano.backend_settings:{attr}"'
         for attr, spec in addon_settings(chosen)

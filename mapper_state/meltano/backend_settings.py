@@ -12,20 +12,28 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from meltano.core.setting_definition import SettingDefinition
+from meltano.core.setting_definition import SettingDefinition, SettingKind
 
-from mapper_state.meltano import run_lease
+from mapper_state.meltano import run_hook
 from mapper_state.meltano.backend_schemes import addon_settings
 from mapper_state.settings import SettingSpec
 
 _KINDS = {"string": "string", "number": "decimal", "integer": "integer", "boolean": "boolean"}
+#: Meltano 3.7 knows no ``decimal`` kind (4.0 added it); a number is a string there, which
+#: mapper-state's own coercion reads as it reads a ``MAPPER_STATE_*`` variable.
+_KNOWN_KINDS = frozenset(kind.value for kind in SettingKind)
+
+
+def _kind(spec: SettingSpec) -> str:
+    kind = "password" if spec.secret else _KINDS[spec.kind]
+    return kind if kind in _KNOWN_KINDS else "string"
 
 
 def definition(spec: SettingSpec) -> Any:
     """Meltano's declaration of one setting."""
     return SettingDefinition(
         name=spec.name,
-        kind="password" if spec.secret else _KINDS[spec.kind],
+        kind=_kind(spec),
         label=spec.name.rsplit(".", 1)[1].replace("_", " ").capitalize(),
         description=spec.description.replace("`", ""),
         sensitive=spec.secret or None,
@@ -46,4 +54,4 @@ def __getattr__(name: str) -> Any:
 
 # Meltano loads these entry points at start-up, once its root command knows which subcommand
 # runs: the moment to give a `meltano run` / `el` / `elt` its whole-run lease.
-run_lease.arm()
+run_hook.on_addon_settings_loaded()

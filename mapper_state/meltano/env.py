@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from mapper_state.config import catalog
+from mapper_state.core import inherited
 from mapper_state.errors import ConfigError
-from mapper_state.meltano.backend_schemes import MINIMUM_TTL_SECONDS, PREFIX, store_uri
+from mapper_state.meltano.backend_schemes import MINIMUM_TTL_SECONDS, PREFIX, floored_ttl, store_uri
 from mapper_state.redact import display_uri
 from mapper_state.settings import ENV_PREFIX, SettingSpec
 from mapper_state.stores import split_uri, store_types
@@ -40,8 +42,23 @@ BACKEND_URI_VAR = "MELTANO_STATE_BACKEND_URI"
 MELTANO_LAYOUT_SCHEMES = frozenset({"file", "s3", "azure", "gs"})
 
 
-def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+def environment(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    """``env``, or this process's environment when ``None``."""
     return os.environ if env is None else env
+
+
+_RUN_OWNER: list[str] = []
+
+
+def claim_run_owner() -> str:
+    """The owner token of the run this Meltano process is, made once and named in its
+    environment (:data:`~mapper_state.core.inherited.OWNER_VAR`) for the plugins it starts:
+    its whole-run lease, its mapper's and its keeper's all carry it, and the add-on
+    recognises them by it alone. Called in Meltano's own process only (the add-on)."""
+    if not _RUN_OWNER:
+        _RUN_OWNER.append(uuid.uuid4().hex)
+        os.environ[inherited.OWNER_VAR] = _RUN_OWNER[0]
+    return _RUN_OWNER[0]
 
 
 # -- what Meltano tells us --------------------------------------------------------
@@ -61,7 +78,7 @@ class MeltanoRun:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> MeltanoRun | None:
         """The run, when this process is a Meltano mapping (``MELTANO_MAP__MAPPING_NAME``)."""
-        env = _env(env)
+        env = environment(env)
         mapping = env.get("MELTANO_MAP__MAPPING_NAME")
         if not mapping:
             return None
@@ -92,7 +109,7 @@ class MeltanoRun:
 
 def project_root(env: Mapping[str, str] | None = None) -> str | None:
     """``MELTANO_PROJECT_ROOT``: set for every plugin Meltano runs (``run``, ``invoke``)."""
-    return _env(env).get("MELTANO_PROJECT_ROOT") or None
+    return environment(env).get("MELTANO_PROJECT_ROOT") or None
 
 
 #: The Singer SDK's structured formatter: the one Meltano configures for a plugin whose
@@ -108,7 +125,7 @@ def parses_structured_lines(env: Mapping[str, str] | None = None) -> bool:
     names the SDK's structured formatter in the logging file it hands the plugin
     (``SINGER_SDK_LOG_CONFIG``). Without that capability, or outside Meltano, lines stay text.
     """
-    env = _env(env)
+    env = environment(env)
     path = env.get("SINGER_SDK_LOG_CONFIG")
     if not (path and env.get("MELTANO_MAP__MAPPING_NAME")):
         return False
@@ -236,7 +253,7 @@ def backend_settings(
     database, the default) is not a store of ours and is ignored. The URI is kept as
     Meltano spells it; :func:`resolve_uri` reads it as Meltano does if it is the one used.
     """
-    env = _env(env)
+    env = environment(env)
     specs = catalog() if specs is None else specs
     found: dict[str, tuple[Any, str]] = {}
     for alias, name in _aliases().items():
@@ -271,7 +288,7 @@ def _floor_ttl(found: dict[str, tuple[Any, str]]) -> None:
         seconds = float(value)
     except (TypeError, ValueError):
         return  # the settings loader names the bad value
-    if seconds < MINIMUM_TTL_SECONDS:
+    if floored_ttl(seconds) != seconds:
         found[TTL_SETTING] = (
             f"{MINIMUM_TTL_SECONDS:g}",
             f"{var} (raised to {MINIMUM_TTL_SECONDS:g})",

@@ -37,7 +37,8 @@ KEEP_LEASE_ARG = "keep-lease"
 
 
 def kept_for(parent: int) -> str:
-    """How a keeper's lease record's command begins: Meltano's state backend recognizes its run."""
+    """How a keeper's lease record's command begins (for an operator reading ``lock status``;
+    the run is recognised by the record's ``owner``, never by this)."""
     return f"lease kept until Meltano pid {parent} exits, for: "
 
 
@@ -201,6 +202,7 @@ def _keep_lease() -> int:
                 settings,
                 run_id=payload["run_id"],
                 command=record.command,
+                owner=record.owner,  # the Meltano run's token: it still knows this lease
             )
             lease.adopt(record, payload["version"])
             lease.renew()  # records who holds it now

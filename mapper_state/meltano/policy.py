@@ -32,7 +32,7 @@ from mapper_state.meltano.env import (
     MELTANO_LAYOUT_SCHEMES,
     SYSTEMDB,
     MeltanoRun,
-    _env,
+    environment,
     from_meltano_uri,
     store_identity,
 )
@@ -46,7 +46,7 @@ def meltano_owns_state(settings: Settings, env: Mapping[str, str] | None = None)
     Meltano's ID is ``<environment>:<extractor>-to-<loader>``; the loader is not known
     to a mapper, so any ID with this run's ``<environment>:<extractor>-to-`` prefix counts.
     """
-    env = _env(env)
+    env = environment(env)
     run = MeltanoRun.from_env(env)
     meltano_uri = env.get(BACKEND_URI_VAR, "").strip()
     if run is None or not meltano_uri or meltano_uri.lower() == SYSTEMDB:
@@ -116,7 +116,7 @@ def check_handed_state(
     run = MeltanoRun.from_env(env)
     if run is None or not meltano_owns_state(settings, env):
         return
-    if _env(env).get("MELTANO_EXTRACT__STATE"):  # the tap got a state file of the user's
+    if environment(env).get("MELTANO_EXTRACT__STATE"):  # the tap got a state file of the user's
         return
     path = run.handed_state_path()
     if not path:

@@ -17,9 +17,11 @@ holds plugins only), so the top-level ``state_backend`` is the one of every envi
 there; export them, or pass the URI).
 
 Only the command line adds this source (:func:`mapper_state.cli.common.resolve_settings`):
-inside Meltano, the add-on and the mapper get their store from Meltano itself. The YAML is
-read with PyYAML, which Meltano depends on; where it is missing, the file is not read and a
-warning says so. Nothing of Meltano is imported.
+inside Meltano, the add-on and the mapper get their store from Meltano itself, and a
+command given ``--state-backend-uri`` reads no Meltano file at all. The YAML is read with
+PyYAML where it is installed (Meltano depends on it, mapper-state does not); without it,
+the ``state_backend`` block is read by a small reader of the block style ``meltano config
+set`` writes (:func:`state_backend_block`). Nothing of Meltano is imported.
 """
 
 from __future__ import annotations
@@ -69,20 +71,110 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """The parsed file, ``None`` when PyYAML is missing (with a warning)."""
+    """The parsed file: by PyYAML where it is installed, else its ``state_backend`` block
+    by :func:`state_backend_block` (what a ``uv tool install mapper-state`` has)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
     try:
         import yaml
     except ImportError:
-        log.warning(
-            f"{path} is not read: PyYAML is not installed (pip install pyyaml, or pass "
-            "--state-backend-uri)"
-        )
-        return None
+        block = state_backend_block(text)
+        if block is None:
+            log.warning(
+                f"{path}'s state_backend is not read: it is not in block style and PyYAML is "
+                "not installed (pip install pyyaml, or pass --state-backend-uri)"
+            )
+            return None
+        return {"state_backend": block}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise ConfigError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
     return data if isinstance(data, dict) else {}
+
+
+_KEY = re.compile(
+    r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.+\-]+|'[^']*'|\"[^\"]*\"):(?:\s+(?P<value>.*))?$"
+)
+
+
+def _scalar(text: str) -> str | int | float | bool | None:
+    """A YAML scalar as ``meltano.yml`` writes one: quoted, a number, a boolean, or plain."""
+    text = text.strip()
+    if text[:1] in ("'", '"'):
+        quote = text[0]
+        end = text.find(quote, 1)
+        inner = text[1:end] if end > 0 else text[1:]
+        return inner.replace("''", "'") if quote == "'" else inner
+    text = re.sub(r"\s+#.*$", "", text)
+    lowered = text.lower()
+    if lowered in ("", "~", "null"):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+class _Unreadable(Exception):
+    """A ``state_backend`` block the small reader cannot follow."""
+
+
+def _block_lines(text: str) -> list[tuple[int, str, str]] | None:
+    """``(indent, key, value)`` of each line of the top-level ``state_backend`` block;
+    ``None`` when the file has no such block."""
+    lines: list[tuple[int, str, str]] | None = None
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line.strip() or line.lstrip().startswith("#") or line.startswith(("---", "...")):
+            continue
+        match = _KEY.match(line)
+        if lines is None:
+            if match and not match["indent"] and match["key"] == "state_backend":
+                if (match["value"] or "").split("#")[0].strip():
+                    raise _Unreadable  # `state_backend: {uri: ...}`
+                lines = []
+            continue
+        if not line.startswith(" "):
+            break  # the next top-level key
+        if match is None:
+            raise _Unreadable
+        value = (match["value"] or "").strip()
+        if value[:1] in ("{", "[", "&", "*", "|", ">", "!"):
+            raise _Unreadable
+        lines.append((len(match["indent"]), match["key"].strip("'\""), value))
+    return lines
+
+
+def state_backend_block(text: str) -> dict[str, Any] | None:
+    """The top-level ``state_backend`` mapping of a ``meltano.yml`` in block style (what
+    ``meltano config set`` writes), without PyYAML: its scalars and one level of sections
+    (``state_backend.<scheme>.<key>``). ``{}`` when the file has none; ``None`` when it
+    has one this reader cannot follow (flow style, anchors, multi-line values)."""
+    try:
+        lines = _block_lines(text)
+    except _Unreadable:
+        return None
+    found: dict[str, Any] = {}
+    section: dict[str, Any] | None = None
+    top = lines[0][0] if lines else 0
+    for indent, key, value in lines or ():
+        scalar = value and not value.startswith("#")
+        if indent == top:
+            section = None if scalar else found.setdefault(key, {})
+            if scalar:
+                found[key] = _scalar(value)
+        elif section is None or indent < top:
+            return None
+        elif scalar:
+            section[key] = _scalar(value)
+    return found
 
 
 def _section_names(scheme: str) -> tuple[str, str] | None:

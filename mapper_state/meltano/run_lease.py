@@ -6,15 +6,13 @@ Meltano's own duplicate-run check lives in each machine's system database. This 
 gives such a run the lease on each of its state IDs from before anything of the run starts
 until Meltano exits, with ``state_backend.uri: mapper-state+<store>://...`` as the only change.
 
-How, in Meltano 4.4.1 (read in its ``meltano.cli``, ``meltano.core.block`` and
+How, in Meltano 3.7 to 4.4 (read in their ``meltano.cli``, ``meltano.core.block`` and
 ``meltano.core.state_store``):
 
-- **When.** Meltano loads the add-on's ``meltano.settings`` entry points
-  (:mod:`mapper_state.meltano.backend_settings`) at start-up, while its root command finds
-  the project: the subcommand is then chosen (``ctx.invoked_subcommand``) but not yet
-  parsed. :func:`arm` wraps that subcommand's click callback, for ``run``, ``el`` and
-  ``elt`` only: the wrapper runs once the subcommand's options are parsed and its
-  environment activated, before Meltano installs, discovers or starts any plugin.
+- **When.** :mod:`mapper_state.meltano.run_hook` calls :func:`hold_for_run` once the
+  subcommand's options are parsed and its environment activated, before Meltano installs,
+  discovers or starts any plugin (or says why it cannot, on a Meltano whose internals
+  moved: :mod:`mapper_state.meltano.internals`).
 - **Which state IDs.** ``run``: the IDs Meltano's own block parser gives each extract-load
   block (``<environment>:<extractor>-to-<loader>`` and the suffix of
   ``--state-id-suffix`` or of the environment; jobs expanded); ``el``/``elt``: ``--state-id``.
@@ -45,7 +43,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import os
 import signal
 import sys
@@ -53,78 +50,22 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import click
-
 from mapper_state import log
 from mapper_state.core import inherited, refusal
-from mapper_state.core.recorder import RunRecorder, exit_code_of
+from mapper_state.core.recorder import RunRecorder
 from mapper_state.errors import ExitCode, LeaseBusy, LeaseLost, MapperStateError
-from mapper_state.meltano import backend_schemes
+from mapper_state.meltano import backend_schemes, internals
+from mapper_state.meltano.env import claim_run_owner
+from mapper_state.meltano.refusal import refused
 from mapper_state.settings import URI_SETTING
 from mapper_state.stores import split_uri
 from mapper_state.warden import GRACE_SECONDS, Warden
 
-#: The Meltano commands that run a pipeline.
-RUN_COMMANDS = frozenset({"run", "el", "elt"})
-_ARMED = "_mapper_state_run_lease"
-_BUSY_HINT = (
-    "retry when it has finished, set state_backend.lock_wait_seconds to wait for it, or "
-    "`mapper-state lock break` a holder known to be dead"
-)
+#: Marks Meltano's SIGTERM handling once wrapped (:func:`_stop_on_sigterm`).
+_SIGTERM_ARMED = "_mapper_state_sigterm"
 
 
-# -- arming -----------------------------------------------------------------------------
-
-
-def arm() -> None:
-    """Wrap the callback of the Meltano subcommand about to run, if it runs a pipeline.
-
-    Called while Meltano loads the add-on's settings (its root command's callback); does
-    nothing outside a Meltano command line, or for any other subcommand.
-    """
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return
-    root = ctx.find_root()
-    name = root.invoked_subcommand
-    if name not in RUN_COMMANDS or not isinstance(root.command, click.Group):
-        return
-    command = root.command.get_command(root, name)
-    if command is None or command.callback is None or getattr(command.callback, _ARMED, False):
-        return
-    command.callback = _guarded(command.callback)
-
-
-def _guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(callback)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        ctx = click.get_current_context()
-        if "run_id" in kwargs and kwargs["run_id"] is None:  # the run's, known before its blocks
-            from meltano.core.utils import new_run_id
-
-            kwargs["run_id"] = new_run_id()
-        if kwargs.get("database_uri"):  # as the command's `--database-uri` is about to say
-            from meltano.core.project_settings_service import ProjectSettingsService
-
-            ProjectSettingsService.config_override["database_uri"] = kwargs["database_uri"]
-        run = hold_for_run(ctx.command.name or "", kwargs, ctx.obj or {})
-        if run is None:
-            return callback(*args, **kwargs)
-        try:  # the run's records end with how Meltano's command ended
-            result = callback(*args, **kwargs)
-        except BaseException as exc:
-            run.ended(exit_code_of(exc))
-            _exit_if_lost(run)
-            raise
-        run.ended(0)
-        _exit_if_lost(run)
-        return result
-
-    setattr(guarded, _ARMED, True)
-    return guarded
-
-
-def _exit_if_lost(run: RunLeases | None) -> None:
+def exit_if_lost(run: RunLeases | None) -> None:
     """A run whose lease was lost exits 4 (lease lost), as ``run`` and ``exec`` do, whatever
     Meltano made of its stopped steps."""
     if run is not None and run.lost is not None:
@@ -136,8 +77,9 @@ def _exit_if_lost(run: RunLeases | None) -> None:
 
 
 def _only_install(params: Mapping[str, Any]) -> bool:
+    exits = internals.lookup("meltano.cli.params:_install_plugins_and_exit")
     action = params.get("install_plugins")
-    return getattr(action, "__name__", "") == "_install_plugins_and_exit"
+    return action is exits or getattr(action, "__name__", "") == exits.__name__
 
 
 def planned_state_ids(command: str, params: Mapping[str, Any], project: Any) -> list[str]:
@@ -167,17 +109,16 @@ def _run_state_ids(project: Any, params: Mapping[str, Any]) -> list[str]:
     The parse reads plugin settings from the system database, so the database is set up
     first, as the command itself does next (a no-op then).
     """
-    from meltano.core.block.block_parser import BlockParser
-    from meltano.core.block.extract_load import ExtractLoadBlocks
-    from meltano.core.db import project_engine
-    from meltano.core.migration_service import MigrationService
-
+    block_parser = internals.lookup("meltano.core.block.block_parser:BlockParser")
+    extract_load = internals.lookup("meltano.core.block.extract_load:ExtractLoadBlocks")
+    project_engine = internals.lookup("meltano.core.db:project_engine")
+    migrations = internals.lookup("meltano.core.migration_service:MigrationService")
     try:
         # what the command does first (`pass_project(migrate=True)`), here a moment earlier:
         # the block parser reads plugin settings from the system database, new in a container
         engine, _ = project_engine(project, default=True)
-        MigrationService(engine).upgrade(silent=True)
-        parser = BlockParser(
+        migrations(engine).upgrade(silent=True)
+        parser = block_parser(
             _Quiet(),
             project,
             list(params.get("blocks") or ()),
@@ -190,7 +131,7 @@ def _run_state_ids(project: Any, params: Mapping[str, Any]) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - Meltano's own parse of the same blocks reports it
         log.warning(f"no whole-run lease: the run's blocks could not be read ({exc})")
         return []
-    found = (b.context.job for b in blocks if isinstance(b, ExtractLoadBlocks))
+    found = (b.context.job for b in blocks if isinstance(b, extract_load))
     return sorted({job.job_name for job in found if job is not None})
 
 
@@ -219,7 +160,7 @@ class RunLeases:
         """Take each lease in order (every run takes them in the same order), or none."""
         store, settings = self.manager.store, self.manager.settings
         for state_id in sorted(state_ids):
-            lease = inherited.lease_for(store, state_id, settings)
+            lease = inherited.lease_for(store, state_id, settings, owner=claim_run_owner())
             lease.wait = wait
             recorder = RunRecorder(store, keep=settings.runs_keep, mode="meltano", waits=wait > 0)
             try:
@@ -308,29 +249,25 @@ def hold_for_run(
     command: str, params: Mapping[str, Any], obj: Mapping[str, Any]
 ) -> RunLeases | None:
     """Take the leases of the run about to start, or exit 3 naming the holder."""
-    from mapper_state.meltano.backend import Refused
-
     project = obj.get("project")
     if project is None or not _uses_the_addon(project):
         return None
     state_ids = planned_state_ids(command, params, project)
     if not state_ids:
         return None
-    from meltano.core.state_store import state_store_manager_from_project_settings
-
+    manager_of = internals.lookup(
+        "meltano.core.state_store:state_store_manager_from_project_settings"
+    )
     try:
-        manager = state_store_manager_from_project_settings(project.settings)
+        manager = manager_of(project.settings)
     except MapperStateError as exc:
-        raise Refused(exc) from None
+        raise refused(exc) from None
     run = RunLeases(manager)
     try:
         run.take(state_ids, manager.run_wait)
-    except LeaseBusy as exc:
-        run.close()
-        raise Refused(exc, _BUSY_HINT) from None
     except MapperStateError as exc:
         run.close()
-        raise Refused(exc) from None
+        raise refused(exc) from None
     atexit.register(run.close)
     ids = ", ".join(sorted(state_ids))
     where = manager.store.display_uri
@@ -359,7 +296,7 @@ def _stop_on_sigterm(run: RunLeases) -> None:
         from meltano.core.job.job import Job
 
         own = Job._handling_sigterm
-        if getattr(own, _ARMED, False):
+        if getattr(own, _SIGTERM_ARMED, False):
             return
 
         @contextlib.contextmanager
@@ -370,5 +307,5 @@ def _stop_on_sigterm(run: RunLeases) -> None:
             finally:
                 signal.signal(signal.SIGTERM, run.on_sigterm)
 
-        setattr(handling_sigterm, _ARMED, True)
+        setattr(handling_sigterm, _SIGTERM_ARMED, True)
         Job._handling_sigterm = handling_sigterm

@@ -9,11 +9,18 @@ without it after checking the version; ``doctor`` says so and calls the store us
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.chaos import cli
+from tests.e2e.test_meltano_backend import (  # noqa: F401 - the fixture used by name
+    Backend,
+    meltano_addon,
+    project_for,
+    singer,
+)
 from tests.servers import StoreLocation
 
 pytestmark = pytest.mark.cloud
@@ -50,6 +57,26 @@ def test_state_clear_and_move_work_where_conditional_deletes_are_refused(
     assert proxy.count("DELETE", fault="error") >= 2, "no conditional delete was refused"
     assert cli.lease_is_free(s3_location, "moved")
     assert cli.lease_is_free(s3_location, "move-me")
+
+
+@pytest.mark.e2e
+def test_meltano_state_clear_through_the_add_on_works_where_conditional_deletes_are_refused(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    s3_location: StoreLocation,
+    refusing: tuple[Any, StoreLocation],
+) -> None:
+    """The add-on's delete goes through the commit path, whose delete falls back to a plain
+    one under the lease after checking the version, as ``mapper-state state clear`` does."""
+    proxy, faulty = refusing
+    env = {k: v for k, v in faulty.env.items() if k != "MAPPER_STATE_STATE_BACKEND__URI"}
+    backend = Backend("s3", faulty.uri, env, faulty.open)
+    project = project_for(tmp_path / "project", meltano_addon, backend)
+    project.ok("set", "--force", "dev:a", singer({"bookmarks": {"s": {"id": 1}}}))
+    project.ok("clear", "--force", "dev:a")
+    assert cli.stored(s3_location.open(), "dev:a") is None
+    assert proxy.count("DELETE", fault="error") >= 1, "no conditional delete was refused"
+    assert cli.lease_is_free(s3_location, "dev:a")
 
 
 def test_doctor_tells_a_refused_conditional_delete_from_a_failed_delete(

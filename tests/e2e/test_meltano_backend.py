@@ -56,14 +56,17 @@ WRITERS = 8
 # -- Meltano with the add-on ------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def meltano_addon(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) -> Path:
-    """``meltano`` of a venv holding Meltano 4.4.1 and the project's wheel (made once for
-    the run, whichever worker asks first)."""
+def addon_launcher(
+    tmp_path_factory: pytest.TempPathFactory, built_dist: Dist, minor: str | None = None
+) -> Path:
+    """``meltano`` of a venv holding Meltano ``minor`` (default the one the run tests,
+    :data:`tools.MELTANO_MINOR`) and the project's wheel (made once for the run, whichever
+    worker asks first)."""
+    minor = minor or tools.MELTANO_MINOR
 
     def make(root: Path) -> None:
         venv = root / "venv"
-        tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]")
+        tools.venv_seeing_meltano(venv, f"{built_dist.wheel}[all]", minor=minor)
         launcher = venv / "bin" / "meltano"
         launcher.write_text(
             f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom meltano.cli import main\n"
@@ -71,7 +74,14 @@ def meltano_addon(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) ->
         )
         launcher.chmod(0o755)
 
-    return built_once(tmp_path_factory, "meltano-addon-venv", make) / "venv" / "bin" / "meltano"
+    name = "meltano-addon-venv" + ("" if minor == tools.NEWEST_MELTANO else f"-{minor}")
+    return built_once(tmp_path_factory, name, make) / "venv" / "bin" / "meltano"
+
+
+@pytest.fixture(scope="session")
+def meltano_addon(tmp_path_factory: pytest.TempPathFactory, built_dist: Dist) -> Path:
+    """``meltano`` with the add-on, of the Meltano minor the run tests."""
+    return addon_launcher(tmp_path_factory, built_dist)
 
 
 @dataclass
@@ -450,12 +460,13 @@ def test_an_older_meltano_is_refused_with_the_version_it_needs() -> None:
 
     code = (
         "from mapper_state.meltano.backend import check_meltano_version as c\n"
-        "c('4.4.1'); c('5.0.0')\n"
-        "try:\n    c('3.7.2')\nexcept Exception as e:\n    print(e)\n"
+        "c('3.7.0'); c('4.4.1'); c('5.0.0')\n"
+        "try:\n    c('3.6.0')\nexcept Exception as e:\n    print(e)\n"
     )
     printed = beside_meltano(code)
     needed = ".".join(map(str, MINIMUM_MELTANO))
-    assert f"needs Meltano {needed} or newer (found 3.7.2)" in printed
+    assert needed == "3.7"
+    assert f"needs Meltano {needed} or newer (found 3.6.0)" in printed
 
 
 def test_a_relative_file_uri_is_the_projects_from_any_directory(
@@ -713,7 +724,8 @@ def test_a_runs_write_after_its_lease_was_broken_is_refused(
     )  # fmt: skip
     assert result.returncode == 4, result.stdout + result.stderr  # LeaseLost, as Meltano shows it
     assert "written" not in result.stdout
-    assert "the lease of this run on dev:g is gone; not writing" in result.stderr
+    assert "the lease of this run on dev:g is gone or about to expire" in result.stderr
+    assert "not writing" in result.stderr
     assert stored(file_backend, "dev:g") == kept
 
 
@@ -746,4 +758,40 @@ def test_a_state_changed_behind_the_lease_is_not_overwritten_by_the_add_on(tmp_p
         "b.close()\n"
     )
     assert "refused with exit 4" in beside_meltano(code).splitlines()
+    assert json.loads(path.read_text()) == doc(9)
+
+
+def test_a_clear_after_another_writer_changed_the_state_is_refused(tmp_path: Path) -> None:
+    """``meltano state clear`` deletes only the state it read under its lease: a writer that
+    ignores leases changed ``state.json`` after that read, so the delete is refused as a
+    ``set`` is (exit 4: the delete is conditional on the version read) and that writer's
+    state stays. A delete that ignored the version would remove it."""
+    root, state_id = tmp_path / "states", "dev:a-to-b"
+    path = root / state_id / state.STATE_FILE
+
+    def doc(n: int) -> dict[str, Any]:
+        return {"completed": {"singer_state": {"bookmarks": {"s": {"id": n}}}}, "partial": {}}
+
+    code = (
+        "import json, pathlib\n"
+        "from meltano.core.state_store.base import MeltanoState\n"
+        "from mapper_state.meltano.backend import MapperStateBackend\n"
+        f"b = MapperStateBackend(uri='mapper-state+file://{root}')\n"
+        f"b.set(MeltanoState({state_id!r}, {doc(1)['completed']!r}, {{}}))\n"
+        f"with b.acquire_lock({state_id!r}, retry_seconds=1):\n"
+        f"    b.get({state_id!r})\n"
+        f"    pathlib.Path({str(path)!r}).write_text(json.dumps({doc(9)!r}))\n"
+        "    try:\n"
+        f"        b.delete({state_id!r})\n"
+        "    except SystemExit as e:\n"
+        "        print('refused with exit', e.code)\n"
+        "b.close()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.append({str(MELTANO_SITE)!r})\n" + code],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "refused with exit 4" in result.stdout.splitlines(), result.stdout + result.stderr
+    assert "changed by another writer; not clearing it" in result.stderr, result.stderr
     assert json.loads(path.read_text()) == doc(9)

@@ -21,9 +21,36 @@ from tests.dist import install_in_venv, uv, uv_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_DIR = Path(os.environ.get("MAPPER_STATE_TOOLS_DIR", REPO_ROOT / ".tools"))
-#: Meltano's own packages, which a venv of ours sees through a ``.pth`` file.
-MELTANO_SITE = TOOLS_DIR / "meltano" / "lib" / "python3.11" / "site-packages"
 INSTALL_HINT = "run `scripts/install-tools.sh` from the repository root"
+
+
+def _versions() -> dict[str, str]:
+    lines = (Path(__file__).with_name("meltano_versions.txt")).read_text().splitlines()
+    pairs = (line.split() for line in lines if line.strip() and not line.startswith("#"))
+    return {minor: version for minor, version in pairs}
+
+
+#: The Meltano minors the add-on supports, oldest first, with the patch tested of each.
+MELTANO_VERSIONS = _versions()
+OLDEST_MELTANO, NEWEST_MELTANO = next(iter(MELTANO_VERSIONS)), list(MELTANO_VERSIONS)[-1]
+#: The Meltano minor the Meltano tests run (``make test-meltano-versions`` sets each in turn).
+MELTANO_MINOR = os.environ.get("MAPPER_STATE_MELTANO", NEWEST_MELTANO)
+
+
+def meltano_venv(minor: str | None = None) -> str:
+    """The ``.tools`` venv of a Meltano minor: ``meltano`` for the newest, else ``meltano-<minor>``."""
+    minor = minor or MELTANO_MINOR
+    if minor not in MELTANO_VERSIONS:
+        pytest.fail(f"Meltano {minor} is not in tests/e2e/meltano_versions.txt", pytrace=False)
+    return "meltano" if minor == NEWEST_MELTANO else f"meltano-{minor}"
+
+
+def meltano_site(minor: str | None = None) -> Path:
+    """Meltano's own packages, which a venv of ours sees through a ``.pth`` file."""
+    return TOOLS_DIR / meltano_venv(minor) / "lib" / "python3.11" / "site-packages"
+
+
+MELTANO_SITE = meltano_site()
 
 # venv name under .tools/ -> executables it provides
 TOOLS: dict[str, tuple[str, ...]] = {
@@ -55,8 +82,16 @@ def require_tool(venv: str, exe: str | None = None) -> Path:
         pytest.fail(str(exc), pytrace=False)
 
 
-def meltano() -> Path:
-    return require_tool("meltano")
+def meltano(minor: str | None = None) -> Path:
+    """Meltano of ``minor`` (default :data:`MELTANO_MINOR`); the older minors are installed by
+    ``scripts/install-meltano-versions.sh``."""
+    venv = meltano_venv(minor)
+    if venv == "meltano":
+        return require_tool("meltano")
+    try:
+        return tool_path(venv, "meltano")
+    except ToolMissing as exc:
+        pytest.fail(f"{exc} (scripts/install-meltano-versions.sh --all)", pytrace=False)
 
 
 def tap_postgres() -> Path:
@@ -102,11 +137,11 @@ def tool_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def venv_seeing_meltano(venv: Path, *requirement: str) -> None:
+def venv_seeing_meltano(venv: Path, *requirement: str, minor: str | None = None) -> None:
     """A venv at ``venv`` on Meltano's Python, with ``requirement`` installed under the
     pins of Meltano's own packages (kept beside it in ``meltano-pins.txt``), that sees
     Meltano's packages: Meltano's code runs there beside ours."""
-    python = meltano().parent / "python"
+    python = meltano(minor).parent / "python"
     pins = subprocess.run(
         [uv(), "pip", "freeze", "--python", str(python)],
         capture_output=True,
@@ -120,7 +155,7 @@ def venv_seeing_meltano(venv: Path, *requirement: str) -> None:
         venv, "--constraint", str(constraints), *requirement, python=os.path.realpath(python)
     )
     site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "zz-meltano.pth").write_text(f"{MELTANO_SITE}\n")
+    (site / "zz-meltano.pth").write_text(f"{meltano_site(minor)}\n")
 
 
 def meltano_project(root: Path, plugins: dict[str, Any]) -> dict[str, Any]:
