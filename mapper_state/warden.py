@@ -6,9 +6,9 @@ dbt and its threads' children. The holder of the lease stops them all before it 
 the lease, whatever ended the run (:meth:`Warden.stop_all`). When the holder is killed
 outright (SIGKILL, the OOM killer) nothing of it runs any more, so a *watcher* does it:
 
-- the holder becomes a child subreaper (``PR_SET_CHILD_SUBREAPER``, Linux), so that a
-  process whose parent exits (a daemonising step) is re-parented to the holder and stays
-  in its tree instead of escaping to init;
+- the holder is no child subreaper: it would inherit every orphan of its steps and, not
+  being their parent's ``wait``, leave them zombies (seen in a container: a tap's shell
+  leaves its ``sleep`` behind); an orphan is found by its mark (below) instead;
 - the watcher is a small process in a session of its own (a Ctrl-C or a ``kill`` of the
   run's process group does not reach it) that keeps the read end of a pipe whose write
   end only the holder has; every :data:`SCAN_SECONDS` it records the holder's
@@ -23,8 +23,7 @@ outright (SIGKILL, the OOM killer) nothing of it runs any more, so a *watcher* d
 
 What no mechanism here can cover: a step started in a process that is no descendant of
 the holder (a service the step asks to do work, a job submitted to a cluster), a step
-that escapes between two scans by re-parenting where the holder is not its subreaper
-(outside Linux), and the watcher itself being killed with the holder (a container whose
+that escapes between two scans and clears its environment, and the watcher itself being killed with the holder (a container whose
 PID 1 exits, a killed cgroup), and a process that clears its environment and escapes
 before the first scan: then everything in it ends together, which is as safe.
 Never signalled: the holder's parents, its shell, its process group or session as such;
@@ -34,7 +33,6 @@ only processes the holder started, directly or not.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import signal
@@ -50,7 +48,6 @@ SCAN_SECONDS = 0.5
 GRACE_SECONDS = 5.0
 #: The watcher's grace: short, the lease it ran under expires a TTL after its last renewal.
 WATCHER_GRACE_SECONDS = 2.0
-_PR_SET_CHILD_SUBREAPER = 36
 _DONE = b"done\n"
 #: The environment variable every process of a run inherits: the tokens of the runs it is
 #: part of (nested runs add theirs), by which a process orphaned between two scans is found.
@@ -179,9 +176,8 @@ class Warden:
 
     @classmethod
     def start(cls) -> Warden:
-        """Become a subreaper, mark the environment every process started from now on
-        inherits, and start the watcher (none where it cannot run)."""
-        _become_subreaper()
+        """Mark the environment every process started from now on inherits, and start the
+        watcher (none where it cannot run)."""
         token = uuid.uuid4().hex
         os.environ[RUN_VAR] = " ".join([*os.environ.get(RUN_VAR, "").split(), token])
         try:
@@ -233,11 +229,6 @@ def guarding(grace: float = GRACE_SECONDS) -> Iterator[Warden]:
             warden.stop_all(grace)
         finally:
             warden.close()
-
-
-def _become_subreaper() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def watch(holder: int, token: str, pipe: int = 0) -> None:

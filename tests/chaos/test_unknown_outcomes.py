@@ -69,8 +69,13 @@ def test_a_create_and_a_renewal_whose_answers_are_lost_leave_the_run_the_holder(
         wait_until(lambda: renewed_since(direct, state_id, created), "a renewal landed", timeout=30)
         record = cli.lease_record(direct, state_id)
         assert record is not None
-        seen = checks(proxy)
+        dropped = proxy.count(fault="drop_response")
         proxy.set_faults(**lost_lease_answers(cloud_location, state_id))  # now the renewals
+        wait_until(
+            lambda: proxy.count(fault="drop_response") > dropped, "a renewal's answer dropped"
+        )
+        # the holder also reads its lease between renewals: wait for a read after the drop
+        seen = checks(proxy)
         wait_until(lambda: checks(proxy) > seen, "a renewal's outcome checked", timeout=30)
         proxy.set_faults()
         renewed = cli.lease_record(direct, state_id)

@@ -514,7 +514,8 @@ def state_id() -> str:
 
 
 def children_of(pid: int) -> dict[int, str]:
-    """Live child processes of ``pid``: pid -> command line."""
+    """Live child processes of ``pid``: pid -> command line; not the watcher that a lease
+    holder starts to outlive it (``mapper_state.warden``), which is no step of the run."""
     found: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -524,7 +525,7 @@ def children_of(pid: int) -> dict[int, str]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"mapper_state.warden" not in cmdline:
             found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
     return found
 
