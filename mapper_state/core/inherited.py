@@ -170,9 +170,9 @@ class InheritedLease:
     def wake(self) -> None:
         self._chores.wake()
 
-    def lapsed(self) -> bool:
+    def lapse(self) -> LeaseLost | None:
         """The enclosing run renews the lease and knows when it lapses (it stops us then)."""
-        return False
+        return None
 
     def stop_heartbeat(self) -> None:
         self._chores.stop_heartbeat()

@@ -190,11 +190,8 @@ class Session:
         before its heartbeat could say so."""
         assert self.checkpointer is not None
         self.checkpointer.check()
-        if self.lease.lapsed():
-            raise LeaseLost(
-                f"lost the lease on {self.state_id}: it ran out while this process was not "
-                "running (stopped or frozen); not passing more data"
-            )
+        if (lost := self.lease.lapse()) is not None:
+            raise LeaseLost(f"{lost.message}; not passing more data")
 
     def _judge(self, stored: Any, new: Any) -> bookmarks.Verdict:
         verdict = self.guard.check(stored, new)

@@ -96,6 +96,8 @@ class Lease:
         #: Set to wake the heartbeat before its pause ends (its chore has work, or stop).
         self._wake = runtime.event()
         self._heartbeat: runtime.Thread | None = None
+        #: Why the last renewal failed, while the heartbeat retries it (``None``: it did not).
+        self._renewal_failed: str | None = None
         #: When the heartbeat renews next, and reads the lease next (our clock).
         self._renew_at = 0.0
         self._notice_at = float("inf")
@@ -246,6 +248,21 @@ class Lease:
             and not (self.winding_down())
         )
 
+    def lapse(self) -> LeaseLost | None:
+        """The loss, once the renewal deadline has passed (:meth:`lapsed`), remembered as lost
+        so that the release only checks whether a late renewal landed; ``None`` while the
+        lease holds. It says why: the store did not answer the renewals in time, or this
+        process was not running (stopped or frozen) when they were due."""
+        if not self.lapsed():
+            return None
+        why = (
+            f"could not renew it before it expired ({self._renewal_failed})"
+            if self._renewal_failed
+            else "it ran out while this process was not running (stopped or frozen)"
+        )
+        self.lost = self.lost or LeaseLost(f"lost the lease on {self.state_id}: {why}")
+        return self.lost
+
     def winding_down(self) -> bool:
         """Is the lease broken by an operator, and still ours to finish writing under?"""
         lost = self.lost
@@ -332,7 +349,8 @@ class Lease:
         except LeaseLost as exc:
             self._lose(exc, on_lost)
             return False
-        except StoreError:
+        except StoreError as exc:
+            self._renewal_failed = exc.message
             if self._stopped.is_set():
                 return False
             if self.clock() >= by:
@@ -352,6 +370,7 @@ class Lease:
                 on_lost,
             )
             return False
+        self._renewal_failed = None
         self._notice_at = self.clock() + protocol.notice_seconds(self.ttl)
         return True
 
@@ -400,10 +419,13 @@ class Lease:
     def release(self) -> None:
         """Give the lease up; a lease that is no longer ours is left alone.
 
-        A holder that knows it lost its lease touches it only if the store shows it is still
-        its own, or its own broken by an operator (``protocol.release_if_ours``).
+        A holder that knows it lost its lease, or whose renewal deadline has passed, touches
+        it only if the store shows it is still its own, or its own broken by an operator
+        (``protocol.release_if_ours``, which checks within a quarter of the time left): the
+        process is to end before its lease does.
         """
         self.stop_heartbeat()
+        self.lapse()
         if self.lost is not None or not self._lock.acquire(timeout=self.ttl):
             claim, self.claim = self.claim, None
             if claim is not None:
