@@ -32,6 +32,7 @@ from mapper_state.core.lease import (
     lost_to,
     read_lease,
     skew_allowance,
+    winding_down_for,
 )
 from mapper_state.errors import LeaseLost
 from mapper_state.stores.base import BlobStore
@@ -60,6 +61,14 @@ class HeldLease:
     holder: str = ""
     #: The owner token the lease record carries (empty: the run ID).
     owner: str = ""
+
+    @property
+    def winds_down(self) -> bool:
+        """Does the enclosing run wind down when an operator breaks its lease, keeping the
+        state its loader confirms (a Meltano run: its extractor stopped first), rather than
+        stop at once (``exec``, which cannot tell its command's steps apart)? Writes under
+        the broken lease are let through while it winds down, refused otherwise."""
+        return self.holder == MELTANO_RUN
 
     def described(self) -> str:
         """The enclosing run as messages name it: ``run 1a2b (mapper-state exec)``."""
@@ -138,15 +147,20 @@ class InheritedLease:
     def confirm(self) -> float:
         """Fencing: :class:`LeaseLost` unless the lease is still the enclosing run's; the
         seconds the write that follows must end within (its expiry minus the skew
-        allowance, which the enclosing run moves on as it renews)."""
+        allowance, which the enclosing run moves on as it renews). A lease an operator
+        broke is still the run's while it winds down, if it winds down
+        (:attr:`HeldLease.winds_down`, :func:`winding_down_for`)."""
         holder, _ = read_lease(self.store, self.state_id)
-        if holder is not None and is_held_by(holder, self.owner, self.clock()):
-            return holder.expires_at - skew_allowance(holder.ttl_seconds) - self.clock()
+        now = self.clock()
+        if holder is not None and is_held_by(holder, self.owner, now):
+            return holder.expires_at - skew_allowance(holder.ttl_seconds) - now
+        if self.held.winds_down and (left := winding_down_for(holder, self.owner, now)):
+            return left  # broken by an operator: the run winds down, as its holder lets it
         ours = is_held_by(holder, self.owner)
-        now = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
+        state = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
         raise LeaseLost(
             f"the lease on {self.state_id} in {self.store.display_uri} of the enclosing "
-            f"{self.held.described()} is {now}; not writing"
+            f"{self.held.described()} is {state}; not writing"
         )
 
     def renew(self) -> None:

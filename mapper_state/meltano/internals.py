@@ -127,6 +127,13 @@ INTERNALS: tuple[Internal, ...] = (
         "the extract-load blocks among them (their context.job.job_name)",
     ),
     Internal(
+        "meltano.core.plugin_invoker:PluginInvoker",
+        "which of the run's processes are its extractors (PluginInvoker.invoke_async, "
+        "self.plugin.type): a lease broken by an operator stops those first, so that the "
+        "loader finishes what it was sent and Meltano keeps the state it confirms",
+        _class_attribute("invoke_async"),
+    ),
+    Internal(
         "meltano.core.db:project_engine",
         "the system database the block parser reads plugin settings from",
         _keywords("default"),

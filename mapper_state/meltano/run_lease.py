@@ -27,8 +27,13 @@ How, in Meltano 3.7 to 4.4 (read in their ``meltano.cli``, ``meltano.core.block`
   exit (success, failure, Ctrl-C, Meltano's own SIGTERM handling during a block) stops what
   is left of the run and releases it through :mod:`atexit`; SIGTERM at any other moment
   (a utility or dbt step) stops the run's processes, releases it and exits 143. A lease
-  lost meanwhile (``lock break``, a takeover, no renewal in time) stops the run: every
-  process it started gets SIGTERM (SIGKILL before the lease expires), and Meltano exits 4.
+  lost meanwhile (a takeover, no renewal in time) stops the run: every process it started
+  gets SIGTERM (SIGKILL before the lease expires), and Meltano exits 4. A lease an operator
+  broke (``lock break``, not ``--force``) stays this run's until its renewal deadline
+  (``free_at``): the run's extractors are stopped first, and the loader is left to load
+  what it was sent and confirm it, which Meltano writes as the state under the lease
+  winding down, so that the next run resumes after every row this one loaded; whatever
+  still runs near that deadline is stopped, and Meltano exits 4.
 - **This run's writes.** The leases are named in the environment as an enclosing run's
   (:mod:`mapper_state.core.inherited`, as ``mapper-state exec`` does): the add-on's own
   state writes in this process, and the mapper plugin Meltano starts, write under them,
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -50,19 +56,22 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mapper_state import log
+from mapper_state import log, runtime
 from mapper_state.core import inherited, refusal
+from mapper_state.core.lease import format_time, skew_allowance
 from mapper_state.core.recorder import RunRecorder
-from mapper_state.errors import ExitCode, LeaseBusy, LeaseLost, MapperStateError
+from mapper_state.errors import ExitCode, LeaseBroken, LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.meltano import backend_schemes, internals
 from mapper_state.meltano.env import claim_run_owner
 from mapper_state.meltano.refusal import refused
 from mapper_state.settings import URI_SETTING
 from mapper_state.stores import split_uri
-from mapper_state.warden import GRACE_SECONDS, Warden
+from mapper_state.warden import GRACE_SECONDS, Warden, process_table, stop
 
 #: Marks Meltano's SIGTERM handling once wrapped (:func:`_stop_on_sigterm`).
 _SIGTERM_ARMED = "_mapper_state_sigterm"
+#: Marks Meltano's plugin invocation once wrapped (:func:`_track_extractors`).
+_INVOKE_ARMED = "_mapper_state_invoke"
 
 
 def exit_if_lost(run: RunLeases | None) -> None:
@@ -150,6 +159,8 @@ class RunLeases:
     warden: Warden | None = None
     #: The first loss of a lease, if one was lost: the run then exits 4 (lease lost).
     lost: LeaseLost | None = None
+    #: The run's extractor processes, as Meltano started them: ``pid -> start time``.
+    extractors: dict[int, int] = field(default_factory=dict)
 
     @property
     def owned(self) -> list[inherited.AnyLease]:
@@ -189,9 +200,51 @@ class RunLeases:
         fails the run, which exits 4 (lease lost)."""
         self.lost = self.lost or error
         running = self.warden.running() if self.warden else {}
+        taps = {pid: started for pid, started in self.extractors.items() if pid in running}
+        until = self._winding_down_until(error)
+        if self.warden is not None and taps and until is not None:
+            self._wind_down(taps, running, until, error)
+            return
         log.error(f"{error.message}: stopping this run ({len(running)} running processes)")
         if self.warden is not None:
             self.warden.stop_all(grace=_grace(self.leases))
+
+    def _winding_down_until(self, error: LeaseLost) -> float | None:
+        """For a lease an operator broke (not forced): the moment (epoch seconds) by which
+        the run must have stopped, leaving its steps a grace before the lease's winding
+        down ends; ``None`` for any other loss, or too little time left."""
+        if not isinstance(error, LeaseBroken) or error.free_at is None:
+            return None
+        ttl = min(lease.ttl for lease in self.leases)
+        until = error.free_at - skew_allowance(ttl) - _grace(self.leases)
+        return until if until > runtime.now() else None
+
+    def _wind_down(
+        self, taps: dict[int, int], running: dict[int, int], until: float, error: LeaseLost
+    ) -> None:
+        """Stop the extractors; let the loader finish what it was sent (Meltano writes the
+        state it confirms, under the lease winding down) until ``until``; then stop
+        whatever is left, and anything started meanwhile."""
+        assert self.warden is not None
+        log.error(
+            f"{error.message}: stopping this run's extractor; its loader may finish loading "
+            f"what it was sent, and its state is kept, until {format_time(until)}"
+        )
+        grace = _grace(self.leases)
+        stop(taps, grace, roots=list(taps))
+        others = {pid: started for pid, started in running.items() if pid not in taps}
+        while runtime.now() < until and _any_alive(others):
+            runtime.sleep(0.1)
+        left = self.warden.stop_all(grace=grace)
+        if left:
+            log.error(f"stopped {left} processes of this run still running at {format_time(until)}")
+
+    def note_invoked(self, plugin_type: str, pid: int) -> None:
+        """Meltano started a plugin of ``plugin_type`` as process ``pid``."""
+        if plugin_type == "extractors":
+            started = process_table().get(pid)
+            if started is not None:
+                self.extractors[pid] = started[1]
 
     def ended(self, code: int) -> None:
         """Meltano's command ended with exit status ``code``: end every run record."""
@@ -229,6 +282,34 @@ class RunLeases:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(128 + signum)
+
+
+def _any_alive(known: Mapping[int, int]) -> bool:
+    """Does any of ``known`` (``pid -> start time``) still run as itself?"""
+    table = process_table()
+    return any(
+        pid in table and table[pid][1] == started and table[pid][2] not in ("Z", "X")
+        for pid, started in known.items()
+    )
+
+
+def _track_extractors(run: RunLeases) -> None:
+    """Tell ``run`` the pid of each extractor Meltano starts (``PluginInvoker.invoke_async``),
+    so that a broken lease stops those first (:meth:`RunLeases._wind_down`)."""
+    invoker = internals.lookup("meltano.core.plugin_invoker:PluginInvoker")
+    own = invoker.invoke_async
+    if getattr(own, _INVOKE_ARMED, False):
+        return
+
+    @functools.wraps(own)
+    async def invoke_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+        process = await own(self, *args, **kwargs)
+        with contextlib.suppress(Exception):  # never in the way of Meltano's own call
+            run.note_invoked(str(getattr(self.plugin.type, "value", self.plugin.type)), process.pid)
+        return process
+
+    setattr(invoke_async, _INVOKE_ARMED, True)
+    invoker.invoke_async = invoke_async
 
 
 def _grace(leases: list[inherited.AnyLease]) -> float:
@@ -279,6 +360,7 @@ def hold_for_run(
         return run
     run.warden = Warden.start()
     _stop_on_sigterm(run)
+    _track_extractors(run)
     log.info(
         f"holding the lease on {ids} in {where} until Meltano exits",
         run_id=run.leases[0].run_id if run.leases else "",

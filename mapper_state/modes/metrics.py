@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mapper_state import log
+from mapper_state.core.recorder import exit_code_of
 from mapper_state.core.session import Session
-from mapper_state.errors import ConfigError, ExitCode, MapperStateError
+from mapper_state.errors import ConfigError
 from mapper_state.settings import Settings
 from mapper_state.stream.pump import LineScanner, OnBad, OnState
 
@@ -130,16 +131,6 @@ class RunMetrics:
         self.write()
 
 
-def _exit_code(exc: BaseException) -> int:
-    if isinstance(exc, MapperStateError):
-        return int(exc.exit_code)
-    if isinstance(exc, KeyboardInterrupt):
-        return int(ExitCode.INTERRUPTED)
-    if isinstance(exc, SystemExit):
-        return exc.code if isinstance(exc.code, int) else 1
-    return int(ExitCode.INTERNAL)
-
-
 def open_metrics(settings: Settings) -> RunMetrics | None:
     """The run's metrics when ``metrics_file`` is set; its folder must exist."""
     path = settings.metrics_file
@@ -159,7 +150,7 @@ def measured(metrics: RunMetrics | None, run: Callable[[], int]) -> int:
     try:
         code = run()
     except BaseException as exc:
-        metrics.exit_code = _exit_code(exc)
+        metrics.exit_code = exit_code_of(exc)
         metrics.write()
         raise
     metrics.exit_code = code

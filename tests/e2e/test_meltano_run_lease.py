@@ -472,6 +472,87 @@ def test_a_broken_lease_stops_the_run(
     assert not pid_alive(gate), log
 
 
+#: A tap wrapper that relays tap-sample's messages slowly: each RECORD after the tenth a tenth
+#: of a second late, its STATE at once behind it (tap-sample emits one after each record
+#: here); after the tenth it writes its pid to ``$1``. A break lands between two records.
+SLOW_TAP = """\
+import subprocess, sys, time
+marker, tap = sys.argv[1], sys.argv[2:]
+child = subprocess.Popen(tap, stdout=subprocess.PIPE)
+records = 0
+for line in child.stdout:
+    if b'"RECORD"' in line:
+        records += 1
+        if records > 10:
+            time.sleep(0.1)
+    sys.stdout.buffer.write(line)
+    sys.stdout.flush()
+    if records == 10 and b'"STATE"' in line:
+        open(marker, "w").write(str(child.pid))
+sys.exit(child.wait())
+"""
+
+
+def test_a_break_in_the_el_block_loads_no_row_twice(
+    tmp_path: Path,
+    meltano_addon: Path,  # noqa: F811
+    file_backend: Backend,  # noqa: F811
+) -> None:
+    """``lock break`` while the tap is extracting, a second machine's run waiting for the
+    lease: the broken run stops its tap, its target loads what it was sent and confirms it,
+    that state is kept, and the next run takes the lease once the broken one has stopped
+    (well within the TTL) and resumes from it: every row is loaded exactly once."""
+    rows = 60
+    first, second = machines(tmp_path, meltano_addon, file_backend)
+    add_rows(tmp_path / "events.jsonl", rows - 10)
+    for each in (first, second):
+        doc = yaml.safe_load((each.project.root / "meltano.yml").read_text())
+        doc["plugins"]["extractors"][0]["config"]["state_message_frequency"] = 1
+        (each.project.root / "meltano.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    relay, marker = tmp_path / "slow_tap.py", tmp_path / "mid-el"
+    relay.write_text(SLOW_TAP)
+    wrapper = first.project.root / "tap-sample"  # the recording wrapper, through the relay
+    wrapper.write_text(
+        wrapper.read_text().replace(
+            "exec ", f"exec {tools.project_bin('python')} {relay} {marker} ", 1
+        )
+    )
+    second.project.env["MELTANO_STATE_BACKEND_LOCK_WAIT_SECONDS"] = "120"
+    running = first.spawn("run", *EL)
+    waiting: meltano_fork.Process | None = None
+    try:
+        wait_until(marker.exists, "the first run's tap never got going", 300)
+        ttl = held_by(file_backend, running.pid).ttl_seconds
+        args = ["lock", "break", STATE_ID, "--yes", "--state-backend-uri", file_backend.uri]
+        broken = subprocess.run(
+            [str(tools.mapper_state()), *args], capture_output=True, text=True, timeout=120
+        )
+        assert broken.returncode == 0, broken.stderr
+        broke = time.time()
+        waiting = second.spawn("run", *EL)
+        code = running.wait(timeout=300)
+        assert waiting.wait(timeout=300) == 0, second.log.read_text()
+    finally:
+        for proc in (running, waiting):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
+    log = first.log.read_text()
+    assert code == 4, log  # lease lost
+    loaded_first, loaded_second = delivered(first.project.output), delivered(second.project.output)
+    assert loaded_first, log
+    assert len(loaded_first) < rows, "the broken run was not stopped before it ended"
+    assert sorted(loaded_first + loaded_second) == list(range(1, rows + 1)), (
+        f"first loaded {loaded_first}, second {loaded_second}\n{log}"
+    )
+    starts = second.taps.stat().st_mtime  # the second run's first tap start
+    assert starts - broke < ttl, f"the next run started {starts - broke:.1f}s after the break"
+    print(
+        f"lock break mid-EL: first loaded {len(loaded_first)} rows, the next started "
+        f"{starts - broke:.1f}s after the break and loaded {len(loaded_second)}"
+    )
+
+
 # -- no step outlives the lease ------------------------------------------------------------
 
 

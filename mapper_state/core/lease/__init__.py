@@ -37,6 +37,7 @@ from mapper_state.core.lease.record import (
     read_lease,
     releases_by_delete,
     skew_allowance,
+    winding_down_for,
 )
 
 __all__ = [
@@ -63,4 +64,5 @@ __all__ = [
     "read_lease",
     "releases_by_delete",
     "skew_allowance",
+    "winding_down_for",
 ]

@@ -163,6 +163,24 @@ def is_held_by(record: LeaseRecord | None, owner: str, now: float | None = None)
     return now is None or now < record.expires_at - skew_allowance(record.ttl_seconds)
 
 
+def winding_down_for(record: LeaseRecord | None, owner: str, now: float) -> float | None:
+    """The seconds ``owner``'s run may still write under its lease an operator broke, by
+    the asker's clock ``now``; ``None`` when the lease is not that.
+
+    ``lock break`` (not ``--force``) leaves the record naming its holder, marked broken,
+    free for another run only from :attr:`LeaseRecord.free_at` plus the skew allowance:
+    until the allowance before ``free_at`` the broken run may still write the state its
+    target confirmed while it winds down (its extractor stopped), as its own heartbeat's
+    :meth:`~mapper_state.core.lease.driver.Lease.confirm` lets it.
+    """
+    if record is None or record.status != BROKEN or record.free_at is None:
+        return None
+    if record.owner_token != owner:
+        return None
+    left = record.free_at - skew_allowance(record.ttl_seconds) - now
+    return left if left > 0 else None
+
+
 def lost_to(holder: LeaseRecord | None, run_id: str) -> str:
     """Who has the lease a run lost: another run, or an operator who broke this run's.
 
