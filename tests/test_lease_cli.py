@@ -86,6 +86,14 @@ def test_a_frozen_holder_that_lost_its_lease_is_fenced(tmp_path: Path) -> None:
     store = tmp_path / ".mapper-state"
     holder = spawn_cli("--state-id", "f", "--lock-timeout-seconds", "1", cwd=tmp_path)
     first = wait_for_lease(store, "f")
+    # frozen while passing data, not while starting: a run frozen between writing its lease
+    # and starting finds it taken when it resumes, and is refused as busy (exit 3) instead
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    record = b'{"type": "RECORD", "stream": "s", "record": {"i": 1}}\n'
+    holder.stdin.write(record)
+    holder.stdin.flush()
+    assert holder.stdout.readline() == record
     holder.send_signal(signal.SIGSTOP)
     time.sleep(1.6)  # past the TTL and the skew allowance
     taker = spawn_cli("--state-id", "f", "--lock-wait-seconds", "30", cwd=tmp_path)

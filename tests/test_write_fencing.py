@@ -11,6 +11,7 @@ On the local file store, in this process: what is under test is the order of the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,10 +109,10 @@ def test_a_refused_write_under_an_inherited_lease_says_whose_lease_it_was(
     tmp_path: Path, holder: Lease, who: str
 ) -> None:
     """The refusal names the enclosing run that held the lease, and names ``exec`` only
-    when it was exec's."""
+    when it was exec's (a forced break: no run winds down under it)."""
     held = HeldLease(STATE_ID, holder.run_id, FileStore(tmp_path).display_uri, who)
     env = with_held(held, clean_env())
-    break_it(tmp_path)
+    break_it(tmp_path, "--force")
     uri = ("--state-backend-uri", f"file://{tmp_path}")
     refused = invoke("state", "set", STATE_ID, '{"bookmarks": {}}', *uri, env=env)
     assert refused.returncode == ExitCode.LEASE_LOST, refused.stderr
@@ -119,3 +120,28 @@ def test_a_refused_write_under_an_inherited_lease_says_whose_lease_it_was(
     assert f"of the enclosing run {holder.run_id} ({who}) is gone" in said, said
     assert (EXEC in said) == (who == EXEC), said
     assert f"in file://{tmp_path}" in said, said
+
+
+@pytest.mark.parametrize("who", [MELTANO_RUN, EXEC])
+def test_only_a_meltano_run_writes_while_it_winds_down_under_its_broken_lease(
+    tmp_path: Path, holder: Lease, who: str
+) -> None:
+    """After a plain ``lock break`` a Meltano run winds down (its extractors stopped first),
+    so the state its loader confirms is still written under the broken lease until its
+    renewal deadline, before which no other run may take it; ``exec``, which cannot tell
+    its command's steps apart, is refused at once."""
+    held = HeldLease(STATE_ID, holder.run_id, FileStore(tmp_path).display_uri, who)
+    env = with_held(held, clean_env())
+    state.save(FileStore(tmp_path), STATE_ID, BEFORE, None)
+    break_it(tmp_path)
+    uri = ("--state-backend-uri", f"file://{tmp_path}")
+    after = {"bookmarks": {"s": {"i": 2}}}
+    wrote = invoke("state", "set", STATE_ID, json.dumps(after), *uri, env=env)
+    if who == MELTANO_RUN:
+        assert wrote.returncode == 0, wrote.stderr
+        assert state.load(FileStore(tmp_path), STATE_ID).value == after
+        busy = mapper(tmp_path, "lock", "status", STATE_ID)
+        assert b"broken, its holder may still be running" in busy.stdout, busy.stdout
+    else:
+        assert wrote.returncode == ExitCode.LEASE_LOST, wrote.stderr
+        assert state.load(FileStore(tmp_path), STATE_ID).value == BEFORE
