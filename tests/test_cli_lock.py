@@ -95,6 +95,9 @@ def test_break_is_refused_without_confirmation(tmp_path: Path, holder: Lease) ->
     assert result.returncode == 2
     assert b"--yes" in result.stderr
     assert b"Traceback" not in result.stderr
+    # a script is told, in its one line, what it was about to break: a live holder here
+    assert result.stderr.count(b"\n") == 1, result.stderr
+    assert f"Its pid {os.getpid()} is running on this host".encode() in result.stderr
     assert (tmp_path / "dev:tap-a-to-target-b" / LEASE_FILE).exists()
     holder.confirm()  # still ours
 

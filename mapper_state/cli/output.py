@@ -40,7 +40,10 @@ def confirm(question: str, yes: bool) -> None:
     if yes:
         return
     if not sys.stdin.isatty():
-        raise NotConfirmed("refused without confirmation: stdin is not a terminal; add --yes")
+        # the question says what a script is about to do (a live holder on this host...)
+        raise NotConfirmed(
+            f"refused without confirmation (stdin is not a terminal; add --yes): {question}"
+        )
     if not click.confirm(question, default=False, err=True):
         raise NotConfirmed("cancelled; nothing was changed")
 
