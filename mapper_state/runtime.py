@@ -16,6 +16,8 @@ a plain :class:`threading.Lock`.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import threading
 import time as _time
 from collections.abc import Callable, Iterator
@@ -67,6 +69,12 @@ class Runtime(Protocol):
     def current_thread(self) -> object:
         """The calling thread, comparable with what :meth:`thread` returned."""
 
+    def host(self) -> str:
+        """The host name a lease or run record gives for this process."""
+
+    def pid(self) -> int:
+        """The process ID a lease or run record gives for this process."""
+
 
 class _Real:
     """The standard library's clocks and threads."""
@@ -77,6 +85,8 @@ class _Real:
     event = staticmethod(threading.Event)
     lock = staticmethod(threading.Lock)
     current_thread = staticmethod(threading.current_thread)
+    host = staticmethod(socket.gethostname)
+    pid = staticmethod(os.getpid)
 
     @staticmethod
     def thread(target: Callable[[], None], name: str) -> Thread:
@@ -129,3 +139,13 @@ def thread(target: Callable[[], None], name: str) -> Thread:
 
 def current_thread() -> object:
     return _current.current_thread()
+
+
+def host() -> str:
+    """This process's host name, as the records it writes give it."""
+    return _current.host()
+
+
+def pid() -> int:
+    """This process's ID, as the records it writes give it."""
+    return _current.pid()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -281,7 +280,7 @@ def record(
         value,
         run_id=run_id,
         keep=keep,
-        host=socket.gethostname() if host is None else host,
+        host=runtime.host() if host is None else host,
         command=current_command() if command is None else command,
         note=note,
     )

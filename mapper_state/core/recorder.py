@@ -12,11 +12,10 @@ records nothing here: the enclosing run writes the one record of the whole run.
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
-import socket
 import time
 
+from mapper_state import runtime
 from mapper_state.core import runs
 from mapper_state.core.inherited import AnyLease, InheritedLease
 from mapper_state.errors import ExitCode, LeaseBusy, MapperStateError
@@ -78,8 +77,8 @@ class RunRecorder:
         record = runs.RunRecord(
             state_id=lease.state_id,
             run_id=lease.run_id,
-            host=held.host if held else socket.gethostname(),
-            pid=held.pid if held else os.getpid(),
+            host=held.host if held else runtime.host(),
+            pid=held.pid if held else runtime.pid(),
             command=lease.command,
             mode=self.mode,
             started_at=held.acquired_at if held else self.started,

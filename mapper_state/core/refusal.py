@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 
+from mapper_state import runtime
 from mapper_state.core.lease import LeaseRecord, read_lease
 from mapper_state.errors import LeaseBusy
 from mapper_state.stores.base import BlobStore, StoreError
@@ -46,7 +46,7 @@ def pid_running(pid: int) -> bool:
 
 def holder_here(record: LeaseRecord) -> str:
     """:data:`ALIVE` or :data:`GONE` for a holder on this host, :data:`ELSEWHERE` otherwise."""
-    if record.host != socket.gethostname():
+    if record.host != runtime.host():
         return ELSEWHERE
     return ALIVE if pid_running(record.pid) else GONE
 

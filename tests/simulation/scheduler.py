@@ -332,6 +332,16 @@ class SimRuntime:
     def current_thread(self) -> Any:
         return self.sim.current() or runtime.REAL.current_thread()
 
+    def host(self) -> str:
+        """Each contender its own host, named for it: nothing of the real machine reaches
+        a record or the trace, so a seed replays the same trace on any machine."""
+        who = self.sim.current_contender()
+        return f"host-{who.name}" if who else "host-world"
+
+    def pid(self) -> int:
+        who = self.sim.current_contender()
+        return 1000 + self.sim.contenders.index(who) if who else 999
+
 
 class SimEvent:
     def __init__(self, sim: Sim) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +58,15 @@ def test_a_seed_replays_exactly() -> None:
     assert first.trace == again.trace
     assert (first.steps, first.checks, first.faults) == (again.steps, again.checks, again.faults)
     assert len(first.trace) > 50
+    # on any machine: another process (another pid) prints the very same trace
+    replayed = subprocess.run(
+        [sys.executable, "-m", "tests.simulation", "--seed", str(seed)],
+        capture_output=True,
+        check=True,
+        cwd=Path(__file__).parents[2],
+        timeout=120,
+    )
+    assert replayed.stdout.decode().splitlines()[:-1] == first.trace
 
 
 def test_a_failing_seed_prints_its_trace_and_how_to_replay_it() -> None:

@@ -10,10 +10,9 @@ claim and returns the next one, or raises; the heartbeat's driver
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass
 
+from mapper_state import runtime
 from mapper_state.core.lease.record import LeaseRecord, lease_key
 
 
@@ -36,8 +35,8 @@ class Applicant:
         """A new record of this run, acquired now and expiring a TTL from now."""
         return LeaseRecord(
             run_id=self.run_id,
-            host=socket.gethostname(),
-            pid=os.getpid(),
+            host=runtime.host(),
+            pid=runtime.pid(),
             command=self.command,
             acquired_at=now,
             renewed_at=now,
