@@ -74,8 +74,8 @@ MUTANTS = (
     Mutant(
         "a writer inside exec: the enclosing run's lease not confirmed (InheritedLease.confirm)",
         "mapper_state/core/inherited.py",
-        "        holder, _ = read_lease(self.store, self.state_id)\n        if holder is not None and is_held_by(holder, self.owner, self.clock()):",
-        "        return 1e9\n        holder, _ = read_lease(self.store, self.state_id)\n        if holder is not None and is_held_by(holder, self.owner, self.clock()):",
+        "        holder, _ = read_lease(self.store, self.state_id)\n        now = self.clock()\n",
+        "        return 1e9\n        holder, _ = read_lease(self.store, self.state_id)\n        now = self.clock()\n",
         (f"{FENCING}::test_a_write_inside_exec_after_its_lease_was_broken_writes_nothing",),
     ),
     Mutant(
