@@ -1,12 +1,15 @@
 """The project's habits stay in step with what they describe.
 
 The pre-commit hooks run exactly ``make lint``'s commands; the forge's CI workflow runs
-``.ci/run`` and nothing else; the changelog keeps its Unreleased section.
+``.ci/run`` and nothing else; the changelog keeps its Unreleased section; the mutation
+study still applies to the code.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -55,3 +58,21 @@ def test_contributing_says_how_to_work_here() -> None:
     text = (ROOT / "CONTRIBUTING.md").read_text()
     for needed in ("make demo", "make test", "make lint", "StoreContract", "make bench"):
         assert needed in text, needed
+
+
+def test_every_mutant_of_the_mutation_study_still_finds_its_line() -> None:
+    """``make mutants`` runs outside ``make test``: a safety line that moved would leave its
+    mutant unable to apply, and the study unable to run, until someone ran it. Each
+    mutant's snippet must be found exactly once, and each test it names must exist."""
+    listed = subprocess.run(
+        [sys.executable, "scripts/mutants.py", "--list"],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stdout.decode() + listed.stderr.decode()
+    named = re.findall(r"(tests/\S+\.py)::(\w+)", listed.stdout.decode())
+    assert named, listed.stdout
+    for path, test in named:
+        found = re.search(rf"^\s*(def|class) {test}\b", (ROOT / path).read_text(), re.M)
+        assert found, f"{path}::{test} is gone"
