@@ -101,7 +101,9 @@ chaos: setup tools
 	$(BIN)/python -m tests.chaos.report $(CHAOS_REPORT)
 
 # The deterministic simulation of the lease (tests/simulation, docs/reliability.md):
-# `make simulate SEED=S` replays one schedule and prints its trace; `SEEDS=N` runs seeds
+# `make simulate SEED=S` replays one schedule and prints its trace (SHRINK=1: a failing one
+# shrunk to the smallest world that still fails the same way; VARIANT=NAME: under one of
+# the broken variants of tests/simulation/variants.py); `SEEDS=N` runs seeds
 # 0..N-1; alone, the long budget: fresh seeds for SIM_SECONDS of CPU (two hours by
 # default), with a figure per fault class, then every broken variant over its stated
 # seeds. Each exits non-zero, printing the failing seed, when an invariant breaks.
@@ -109,7 +111,8 @@ chaos: setup tools
 SIM_SECONDS ?= 7200
 simulate: setup
 ifneq ($(SEED),)
-	$(BIN)/python -m tests.simulation --seed $(SEED)
+	$(BIN)/python -m tests.simulation --seed $(SEED) $(if $(VARIANT),--variant $(VARIANT)) \
+	  $(if $(SHRINK),--shrink)
 else ifneq ($(SEEDS),)
 	$(BIN)/python -m tests.simulation --seeds $(SEEDS)
 else

@@ -1,6 +1,8 @@
 """``python -m tests.simulation``: run schedules, replay one, or run the long budget.
 
     python -m tests.simulation --seed S          replay one schedule, print its trace
+    python -m tests.simulation --seed S --shrink a failing one shrunk to its smallest world
+    python -m tests.simulation --seed S --variant NAME   under a broken variant
     python -m tests.simulation --seeds N         run seeds 0..N-1 (from --start)
     python -m tests.simulation --seconds T       run fresh seeds for T seconds (the long run)
     python -m tests.simulation --variants        each broken variant, over its stated seeds
@@ -18,6 +20,8 @@ import sys
 import time
 
 from tests.simulation.run import Budget, simulate
+from tests.simulation.shrink import report as shrunk_report
+from tests.simulation.shrink import shrink
 from tests.simulation.variants import VARIANTS
 
 
@@ -41,9 +45,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--start", type=int, default=0, help="the first seed of --seeds")
     parser.add_argument("--seconds", type=float, help="run fresh seeds for this long (CPU)")
     parser.add_argument("--variants", action="store_true", help="check the broken variants")
+    parser.add_argument(
+        "--shrink", action="store_true", help="with --seed: shrink a failing schedule"
+    )
+    parser.add_argument(
+        "--variant",
+        choices=[v.name for v in VARIANTS],
+        help="with --seed: run it under this broken variant of the protocol",
+    )
     args = parser.parse_args(argv)
     if args.seed is not None:
-        result = simulate(args.seed)
+        variant = next((v for v in VARIANTS if v.name == args.variant), None)
+        if args.shrink:
+            try:
+                first, best = shrink(args.seed, variant=variant)
+            except ValueError as exc:
+                print(exc)
+                return 0
+            print(shrunk_report(first, best))
+            return 1
+        result = simulate(args.seed, variant=variant)
         print(result.report(tail=10**6) if not result.ok else "\n".join(result.trace))
         print(f"seed {args.seed}: {'ok' if result.ok else 'FAILED'}, {result.checks} checks")
         return 0 if result.ok else 1
@@ -56,6 +77,8 @@ def main(argv: list[str]) -> int:
             missed += caught is None
             said = f"caught by seed {caught}" if caught is not None else "NOT CAUGHT"
             print(f"{variant.name}: {said} (stated: within {variant.seeds} seeds): {variant.what}")
+            if caught is not None:
+                print(f"  its trace: make simulate SEED={caught} VARIANT={variant.name} [SHRINK=1]")
         return 1 if missed else 0
     budget = Budget()
     started = time.process_time()
@@ -70,6 +93,7 @@ def main(argv: list[str]) -> int:
         budget.add(result)
         if not result.ok:
             print(result.report())
+            print(f"shrink it: make simulate SEED={seed} SHRINK=1")
             break
         if args.seconds is not None and time.process_time() - started > args.seconds:
             break

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from tests.simulation.invariants import Monitor
 from tests.simulation.variants import Variant
-from tests.simulation.world import World, plan
+from tests.simulation.world import Plan, World, plan
 
 
 @dataclass
@@ -45,10 +45,14 @@ class Result:
         return "\n".join(lines)
 
 
-def simulate(seed: int, *, variant: Variant | None = None) -> Result:
-    """Run the schedule of ``seed`` (under ``variant``, a broken protocol, if given)."""
-    chosen = plan(seed)
-    world = World(variant.adjust(chosen) if variant else chosen)
+def simulate(seed: int, *, variant: Variant | None = None, chosen: Plan | None = None) -> Result:
+    """Run the schedule of ``seed`` (under ``variant``, a broken protocol, if given), in the
+    world the seed gives or, when shrinking (``tests/simulation/shrink.py``), in the world
+    ``chosen`` as it is given."""
+    if chosen is None:
+        chosen = plan(seed)
+        chosen = variant.adjust(chosen) if variant else chosen
+    world = World(chosen)
     monitor = Monitor(world)
     world.store.on_landed = monitor.landed
     world.on_passed = monitor.passed

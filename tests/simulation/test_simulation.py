@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.simulation.run import simulate
+from tests.simulation.shrink import report as shrunk_report
+from tests.simulation.shrink import shrink
 from tests.simulation.variants import VARIANTS, Variant
 
 #: Seeds per test (a block: the blocks run side by side on the suite's workers).
@@ -76,3 +79,20 @@ def test_a_failing_seed_prints_its_trace_and_how_to_replay_it() -> None:
     assert f"seed {result.seed}: invariant" in report
     assert f"make simulate SEED={result.seed}" in report
     assert " c0: " in report or " c1: " in report  # who did what, with the clocks
+
+
+def test_a_failing_schedule_shrinks_to_a_smaller_world_failing_the_same_way() -> None:
+    """Shrinking keeps the broken invariant, never lengthens the trace, takes something
+    out of the world, and gives the same result every time (it reads only the seed)."""
+    variant = next(v for v in VARIANTS if v.name == "adopt-unread")
+    seed = next(s for s in range(variant.seeds) if not simulate(s, variant=variant).ok)
+    first, best = shrink(seed, variant=variant)
+    assert not best.ok
+    broken = re.search(r"invariant \d", str(first.failure))
+    assert broken is not None
+    assert broken.group(0) in str(best.failure)
+    assert len(best.trace) < len(first.trace), shrunk_report(first, best)
+    assert best.plan != first.plan
+    again = shrink(seed, variant=variant)[1]
+    assert (again.trace, again.plan) == (best.trace, best.plan)
+    assert f"make simulate SEED={seed} SHRINK=1" in shrunk_report(first, best)

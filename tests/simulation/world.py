@@ -54,11 +54,15 @@ class Plan:
     #: When an operator runs ``lock break`` (true times).
     breaks: list[float] = field(default_factory=list)
     force_break: bool = False
+    #: The scheduler's own seed, when shrinking chose another than ``seed`` (a smaller
+    #: world meets the failure in another interleaving).
+    schedule: int | None = None
 
     def describe(self) -> str:
         lines = [
             f"seed {self.seed}: TTL {self.ttl:g} s, skew allowance {skew_allowance(self.ttl):g} s, "
-            f"faults {self.faults}",
+            f"faults {self.faults}"
+            + (f", schedule seed {self.schedule}" if self.schedule is not None else ""),
         ]
         for c in self.contenders:
             lines.append("  " + ", ".join(f"{k}={v}" for k, v in c.items()))
@@ -129,7 +133,7 @@ class World:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.sim = Sim(plan.seed, horizon=60 * plan.ttl)
+        self.sim = Sim(plan.seed if plan.schedule is None else plan.schedule, horizon=60 * plan.ttl)
         self.store = SimStore(self.sim, plan.faults, lease_key(STATE_ID), plan.ttl / 3)
         self.events = Events()
         self.contenders: dict[str, Contender] = {}
