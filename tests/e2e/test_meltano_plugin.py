@@ -8,7 +8,8 @@ build`` made: Meltano installs the wheel into its own virtualenv under
 target-jsonl`` twice: the second run delivers only the new rows.
 
 Meltano 4.x takes the plugin type as ``--plugin-type``; ``meltano add mapper
-mapper-state`` (the 3.x form) adds two plugins named ``mapper`` and ``mapper-state``.
+mapper-state`` (the 3.x form, which the test uses on 3.x) adds two plugins named ``mapper``
+and ``mapper-state`` there.
 """
 
 from __future__ import annotations
@@ -138,9 +139,7 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     ref = definition_for(built_dist.wheel, tmp_path / "mapper-state.yml")
 
     started = time.monotonic()
-    added = project.meltano(
-        "add", "--plugin-type", "mapper", "mapper-state", "--from-ref", str(ref)
-    )
+    added = project.meltano(*tools.add_mapper_args("mapper-state"), "--from-ref", str(ref))
     add_seconds = time.monotonic() - started
     assert added.returncode == 0, added.stdout + added.stderr
     print(f"meltano add (installing the wheel): {add_seconds:.1f}s")
@@ -153,9 +152,7 @@ def test_meltano_adds_the_plugin_from_its_definition_and_runs_it_incrementally(
     # the settings as Meltano shows them, secrets redacted
     listed = project.meltano(
         "--log-level=warning",
-        "config",
-        "list",
-        "remote-state",
+        *tools.config_args("list", "remote-state"),
         MAPPER_STATE_STATE_BACKEND_S3_AWS_SECRET_ACCESS_KEY="very-secret-value",
     )
     assert listed.returncode == 0, listed.stderr

@@ -36,6 +36,65 @@ OLDEST_MELTANO, NEWEST_MELTANO = next(iter(MELTANO_VERSIONS)), list(MELTANO_VERS
 #: The Meltano minor the Meltano tests run (``make test-meltano-versions`` sets each in turn).
 MELTANO_MINOR = os.environ.get("MAPPER_STATE_MELTANO", NEWEST_MELTANO)
 
+#: What the Meltano tests use of Meltano that an older supported minor lacks: the feature, as a
+#: skip reason names it, and the first minor that has it. A test asks for a feature by its
+#: name here (:func:`meltano_has`, :func:`require_meltano`), never for a version: where the
+#: minor has another spelling of the same thing (:func:`add_mapper_args`), the test uses it;
+#: where it has none, the test is skipped on that minor, naming the feature.
+MELTANO_FEATURES = {
+    "`meltano add --plugin-type`": "4.0",  # 3.x: `meltano add mapper NAME`
+    "`meltano config list PLUGIN`": "4.0",  # 3.x: `meltano config PLUGIN list`
+    "`meltano config print PLUGIN`": "4.0",  # 3.x: `meltano config PLUGIN`
+    "`$VAR` expansion in a mapping's config": "4.0",  # 3.x hands the mapper `${VAR}` as is
+    "`meltano state edit`": "4.0",
+    "`meltano state set --no-validate`": "4.0",
+    "`meltano upgrade` calling the add-on's `migrate`": "4.2",
+    # 4.0 to 4.2 know the capability, but hand a mapper no `_log_parser`: its lines stay text
+    "`structured-logging` for a mapper": "4.3",
+    "`meltano state export`": "4.3",
+    "`meltano state import`": "4.3",
+    # 4.2 and older list their S3 backend with the URI's path as the key prefix, "/prefix":
+    # no key starts with it, so `meltano state list` lists nothing (`get` and `set` work)
+    "`meltano state list` finding the states under an s3:// URI's prefix": "4.3",
+}
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def meltano_has(feature: str, minor: str | None = None) -> bool:
+    """Does Meltano ``minor`` (default :data:`MELTANO_MINOR`) have ``feature``, a key of
+    :data:`MELTANO_FEATURES`?"""
+    return _minor(minor or MELTANO_MINOR) >= _minor(MELTANO_FEATURES[feature])
+
+
+def require_meltano(feature: str) -> None:
+    """Skip the rest of the current test where the Meltano it runs lacks ``feature``, with a
+    reason naming the feature and the first minor that has it. Called where the test comes
+    to the feature: whatever it checked before has run, and passed."""
+    if not meltano_has(feature):
+        since = MELTANO_FEATURES[feature]
+        pytest.skip(f"Meltano {MELTANO_MINOR} has no {feature} ({since} added it)")
+
+
+def add_mapper_args(name: str) -> tuple[str, ...]:
+    """``meltano add`` of a mapper called ``name``, as the Meltano under test spells it
+    (4.x's ``meltano add mapper NAME`` would add two plugins, ``mapper`` and ``NAME``)."""
+    if meltano_has("`meltano add --plugin-type`"):
+        return ("add", "--plugin-type", "mapper", name)
+    return ("add", "mapper", name)
+
+
+def config_args(command: str, plugin: str) -> tuple[str, ...]:
+    """``meltano config list PLUGIN`` or ``meltano config print PLUGIN`` (``command``), as the
+    Meltano under test spells it: 3.x's are ``meltano config PLUGIN list`` and
+    ``meltano config PLUGIN``."""
+    if meltano_has(f"`meltano config {command} PLUGIN`"):
+        return ("config", command, plugin)
+    return ("config", plugin, "list") if command == "list" else ("config", plugin)
+
 
 def meltano_venv(minor: str | None = None) -> str:
     """The ``.tools`` venv of a Meltano minor: ``meltano`` for the newest, else ``meltano-<minor>``."""
