@@ -114,6 +114,8 @@ def _singer_sdk_line(level: str, line: str, rows: str) -> str:
         "ts": time.time(),
         "thread_name": threading.current_thread().name,
         "app_name": "mapper-state",
+        # Meltano 4.3.0's parser requires the field (4.4 reads it when there): no stream
+        "stream_name": None,
         "message": line,
     }
     return orjson.dumps(record).decode() + rows
