@@ -67,3 +67,35 @@ def test_a_busy_mapper_says_only_that_it_is_busy(tmp_path: Path) -> None:
     assert f"{MELTANO_ID} is Meltano's own state: holding its lease for the run" in (
         free.stderr.decode()
     )
+
+
+def test_a_state_id_meltano_left_unexpanded_is_expanded_as_meltano_would(tmp_path: Path) -> None:
+    """Meltano 3.7 hands a mapping's config over as it is: the ID the docs recommend,
+    ``${MELTANO_ENVIRONMENT}:...``, is Meltano's own ID once expanded from the mapper's
+    environment (so the mapper only guards it), and a variable that is not set is an error
+    naming it, never a literal ``${...}`` state ID."""
+    store = tmp_path / ".meltano" / "state"
+    env = meltano_env(tmp_path, f"file://{store}")
+    config = tmp_path / "mapping.json"
+    config.write_text('{"state_id": "${MELTANO_ENVIRONMENT}:tap-sample-to-target-jsonl"}')
+    ran = as_mapping(tmp_path, env, "--config", str(config))
+    assert ran.returncode == 0, ran.stderr
+    assert f"{MELTANO_ID} is Meltano's own state: holding its lease" in ran.stderr.decode()
+    # the run records beside the states aside, the one state ID in the store is Meltano's
+    assert sorted(p.name for p in store.iterdir() if p.name != ".mapper-state") == [MELTANO_ID]
+
+    config.write_text('{"state_id": "${MELTANO_NOT_SET}:tap-sample-to-target-jsonl"}')
+    refused = as_mapping(tmp_path, env, "--config", str(config))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.count(b"\n") == 1, refused.stderr
+    assert b"${MELTANO_NOT_SET}, which is not set" in refused.stderr
+
+    # outside a Meltano mapping nothing is expanded: the shell does that
+    plain = run_cli(
+        "--config",
+        str(config),
+        input=STREAM,
+        cwd=tmp_path,
+        env=env | {"MELTANO_MAP__MAPPING_NAME": ""},
+    )
+    assert b"not set in the environment Meltano gives" not in plain.stderr

@@ -200,7 +200,7 @@ def resolve_settings(flags: dict[str, Any], config_files: tuple[str, ...]) -> Se
     sources: list[SettingsSource] = [meltano_env.SOURCE]
     if not explicit:
         sources.insert(0, project)
-    settings = load_settings(flags, config_files, sources=sources)
+    settings = meltano_env.expand_state_id(load_settings(flags, config_files, sources=sources))
     log.configure(settings)
     log.singer_sdk_lines(meltano_env.parses_structured_lines())
     for warning in settings.warnings:

@@ -18,8 +18,10 @@ are in :mod:`mapper_state.meltano.policy`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from mapper_state.core import inherited
 from mapper_state.errors import ConfigError
 from mapper_state.meltano.backend_schemes import MINIMUM_TTL_SECONDS, PREFIX, floored_ttl, store_uri
 from mapper_state.redact import display_uri
-from mapper_state.settings import ENV_PREFIX, SettingSpec
+from mapper_state.settings import ENV_PREFIX, Settings, SettingSpec
 from mapper_state.stores import split_uri, store_types
 
 SYSTEMDB = "systemdb"
@@ -105,6 +107,38 @@ class MeltanoRun:
         if not (self.sys_dir and self.extractor):
             return None
         return os.path.join(self.sys_dir, "run", self.extractor, "state.json")
+
+
+#: A variable reference as Meltano expands it in a setting: ``${NAME}`` or ``$NAME``.
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def expand_state_id(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
+    """The settings of a Meltano mapping with its state ID's variables expanded.
+
+    Meltano 4 expands ``${MELTANO_ENVIRONMENT}`` and the like in a mapping's ``config``
+    before the mapper reads it; Meltano 3.7 hands it over as it is, so the ID the docs
+    recommend (``${MELTANO_ENVIRONMENT}:tap-x-to-target-y``) would be taken literally: one
+    lease for every environment, and not Meltano's own ID. Expanded here as Meltano does,
+    from the mapper's environment, only in a Meltano mapping and only in the state ID (a
+    secret may hold a ``$``); a variable the environment does not set is an error.
+    """
+    env = environment(env)
+    state_id = settings.state_id
+    if not state_id or "$" not in state_id or MeltanoRun.from_env(env) is None:
+        return settings
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in env:
+            raise ConfigError(
+                f"state_id {state_id!r} names ${{{name}}}, which is not set in the "
+                "environment Meltano gives the mapper"
+            )
+        return env[name]
+
+    expanded = _VARIABLE.sub(value, state_id)
+    return dataclasses.replace(settings, values={**settings.values, "state_id": expanded})
 
 
 def project_root(env: Mapping[str, str] | None = None) -> str | None:

@@ -142,14 +142,6 @@ def make_project(
         for plugin in doc["plugins"][kind]:
             plugin["executable"] = _absolute(plugin["executable"])
     doc["plugins"]["extractors"][0]["config"]["data_path"] = str(data)
-    if not tools.meltano_has("`$VAR` expansion in a mapping's config"):
-        # Meltano 3.x hands a mapping's config to the mapper unexpanded (`${VAR}` as is):
-        # there, the state ID is spelled out, as docs/meltano.md says
-        for mapping in doc["plugins"]["mappers"][0]["mappings"]:
-            state_id = mapping["config"]["state_id"]
-            mapping["config"]["state_id"] = state_id.replace(
-                "${MELTANO_ENVIRONMENT}", doc["default_environment"]
-            )
     if loader:
         doc["plugins"]["loaders"][0]["executable"] = loader
     if state_backend is not None:

@@ -45,7 +45,6 @@ MELTANO_FEATURES = {
     "`meltano add --plugin-type`": "4.0",  # 3.x: `meltano add mapper NAME`
     "`meltano config list PLUGIN`": "4.0",  # 3.x: `meltano config PLUGIN list`
     "`meltano config print PLUGIN`": "4.0",  # 3.x: `meltano config PLUGIN`
-    "`$VAR` expansion in a mapping's config": "4.0",  # 3.x hands the mapper `${VAR}` as is
     "`meltano state edit`": "4.0",
     "`meltano state set --no-validate`": "4.0",
     "`meltano upgrade` calling the add-on's `migrate`": "4.2",
