@@ -22,7 +22,7 @@ import time
 from tests.simulation.run import Budget, simulate
 from tests.simulation.shrink import report as shrunk_report
 from tests.simulation.shrink import shrink
-from tests.simulation.variants import VARIANTS
+from tests.simulation.variants import FOUND_AT_SEED, VARIANTS
 
 
 def _figures(budget: Budget, label: str) -> str:
@@ -79,6 +79,11 @@ def main(argv: list[str]) -> int:
             print(f"{variant.name}: {said} (stated: within {variant.seeds} seeds): {variant.what}")
             if caught is not None:
                 print(f"  its trace: make simulate SEED={caught} VARIANT={variant.name} [SHRINK=1]")
+        for variant, seed in FOUND_AT_SEED:
+            caught = not simulate(seed, variant=variant).ok
+            missed += not caught
+            said = "caught" if caught else "NOT CAUGHT"
+            print(f"{variant.name}: {said} at its seed {seed}: {variant.what}")
         return 1 if missed else 0
     budget = Budget()
     started = time.process_time()

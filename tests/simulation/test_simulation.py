@@ -20,7 +20,7 @@ import pytest
 from tests.simulation.run import simulate
 from tests.simulation.shrink import report as shrunk_report
 from tests.simulation.shrink import shrink
-from tests.simulation.variants import VARIANTS, Variant
+from tests.simulation.variants import FOUND_AT_SEED, VARIANTS, Variant
 
 #: Seeds per test (a block: the blocks run side by side on the suite's workers).
 BLOCK = 250
@@ -52,6 +52,15 @@ def test_each_broken_variant_is_caught_within_its_seeds(variant: Variant) -> Non
     # the world shaped to meet it breaks nothing on the real code: the catch is the variant's
     control = Variant(variant.name, variant.what, variant.seeds, (), variant.adjust)
     result = simulate(caught, variant=control)
+    assert result.ok, result.report()
+
+
+@pytest.mark.parametrize(("variant", "seed"), FOUND_AT_SEED, ids=lambda v: getattr(v, "name", v))
+def test_each_rare_bug_found_is_caught_at_its_seed(variant: Variant, seed: int) -> None:
+    caught = simulate(seed, variant=variant)
+    assert not caught.ok, f"{variant.what}: seed {seed} no longer catches it"
+    control = Variant(variant.name, variant.what, variant.seeds, (), variant.adjust)
+    result = simulate(seed, variant=control)
     assert result.ok, result.report()
 
 

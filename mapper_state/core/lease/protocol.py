@@ -110,7 +110,9 @@ def _fresh(store: BlobStore, claim: Claim, clock: Clock) -> Claim | LeaseRecord:
     """The claim just taken, unless it is already near its expiry: its record was made
     before the write, and a process frozen in between (a stop, a pause) wrote a lease that
     others may already call expired. Such a claim is renewed at once; if that is refused,
-    someone took it meanwhile: busy."""
+    someone took it meanwhile: busy. If the renewal fails (the store did not answer), the
+    run cannot start: the claim is given up if the store shows it is still ours, and
+    when even that cannot be checked the error says until when it may be held."""
     if clock() < claim.record.expires_at - skew_allowance(claim.ttl):
         return claim
     try:
@@ -118,6 +120,11 @@ def _fresh(store: BlobStore, claim: Claim, clock: Clock) -> Claim | LeaseRecord:
     except LeaseLost:
         holder, _ = read_lease(store, claim.state_id)
         return holder or claim.record
+    except StoreError as exc:
+        # a renewal that landed unseen holds it a TTL from now at most: release it if ours
+        current = exc.claim if isinstance(exc, NotRenewed) else claim
+        release_if_ours(store, current, clock, failed=exc)
+        raise
 
 
 def _create(store: BlobStore, me: Applicant, record: LeaseRecord, clock: Clock) -> Claim | None:
