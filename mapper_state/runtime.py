@@ -1,12 +1,14 @@
 """Time and waiting, in one swappable place: the clocks, sleeps, events, locks and threads
-of the lease, its heartbeat, the checkpointer and the store deadlines.
+of the lease, its heartbeat, the checkpointer and the store deadlines, and the host name
+and pid the lease and run records give.
 
 The safety code never calls :mod:`time` or :mod:`threading` for these directly: it calls
 the functions here, which ask the runtime in use. Production uses :data:`REAL` (the
 standard library, nothing added). The deterministic simulation of the protocol
 (``tests/simulation/``) installs its own runtime with :func:`use`: each simulated process
-then has its own skewed, drifting clock, every sleep and wait hands control to a seeded
-scheduler, and a schedule that breaks an invariant replays exactly from its seed.
+then has its own skewed, drifting clock, host name and pid, every sleep and wait hands
+control to a seeded scheduler, and a schedule that breaks an invariant replays exactly
+from its seed, on any machine.
 
 Only blocking waits need to go through here (a lock held across a store call, an event a
 thread sleeps on); a lock held for a few statements with nothing blocking inside may stay
