@@ -109,8 +109,20 @@ class MeltanoRun:
         return os.path.join(self.sys_dir, "run", self.extractor, "state.json")
 
 
-#: A variable reference as Meltano expands it in a setting: ``${NAME}`` or ``$NAME``.
-_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+#: Meltano's pattern (``meltano.core.utils.ENV_VAR_PATTERN``): ``\\$`` escapes.
+_VARIABLE = re.compile(r"(?P<escape>\\)?\$(?:{(?P<curly>\w+)}|(?P<normal>[A-Z][A-Z0-9_]*))")
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """``$VAR`` and ``${VAR}`` as Meltano expands them: an unset variable is empty."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["curly"] or match["normal"]
+        if match["escape"]:
+            return f"${{{name}}}" if match["curly"] else f"${name}"
+        return env.get(name, "")
+
+    return _VARIABLE.sub(replace, text)
 
 
 def expand_state_id(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
@@ -119,25 +131,23 @@ def expand_state_id(settings: Settings, env: Mapping[str, str] | None = None) ->
     Meltano 4 expands ``${MELTANO_ENVIRONMENT}`` and the like in a mapping's ``config``
     before the mapper reads it; Meltano 3.7 hands it over as it is, so the ID the docs
     recommend (``${MELTANO_ENVIRONMENT}:tap-x-to-target-y``) would be taken literally: one
-    lease for every environment, and not Meltano's own ID. Expanded here as Meltano does,
-    from the mapper's environment, only in a Meltano mapping and only in the state ID (a
-    secret may hold a ``$``); a variable the environment does not set is an error.
+    lease for every environment, and not Meltano's own ID. Expanded here as Meltano does
+    (:func:`expand`), from the mapper's environment, only in a Meltano mapping and only in
+    the state ID (a secret may hold a ``$``); a variable the environment does not set is an
+    error, where Meltano would make it empty.
     """
     env = environment(env)
     state_id = settings.state_id
     if not state_id or "$" not in state_id or MeltanoRun.from_env(env) is None:
         return settings
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        if name not in env:
+    for match in _VARIABLE.finditer(state_id):
+        name = match["curly"] or match["normal"]
+        if not match["escape"] and name not in env:
             raise ConfigError(
                 f"state_id {state_id!r} names ${{{name}}}, which is not set in the "
                 "environment Meltano gives the mapper"
             )
-        return env[name]
-
-    expanded = _VARIABLE.sub(value, state_id)
+    expanded = expand(state_id, env)
     return dataclasses.replace(settings, values={**settings.values, "state_id": expanded})
 
 

@@ -35,14 +35,12 @@ from typing import Any
 from mapper_state import log
 from mapper_state.errors import ConfigError
 from mapper_state.meltano.backend_schemes import PREFIX, store_uri
-from mapper_state.meltano.env import BACKEND_URI_VAR, SYSTEMDB, from_meltano_uri
+from mapper_state.meltano.env import BACKEND_URI_VAR, SYSTEMDB, expand, from_meltano_uri
 from mapper_state.settings import URI_SETTING, SettingSpec
 from mapper_state.stores import split_uri, store_types
 
 MELTANO_FILE = "meltano.yml"
 ROOT_VAR = "MELTANO_PROJECT_ROOT"
-#: Meltano's pattern (``meltano.core.utils.ENV_VAR_PATTERN``): ``\\$`` escapes.
-_VARIABLE = re.compile(r"(?P<escape>\\)?\$(?:{(?P<curly>\w+)}|(?P<normal>[A-Z][A-Z0-9_]*))")
 
 
 def find_project(env: Mapping[str, str], cwd: str | None = None) -> Path | None:
@@ -56,18 +54,6 @@ def find_project(env: Mapping[str, str], cwd: str | None = None) -> Path | None:
         if (directory / MELTANO_FILE).is_file():
             return directory / MELTANO_FILE
     return None
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """``$VAR`` and ``${VAR}`` as Meltano expands them: an unset variable is empty."""
-
-    def replace(match: re.Match[str]) -> str:
-        name = match["curly"] or match["normal"]
-        if match["escape"]:
-            return f"${{{name}}}" if match["curly"] else f"${name}"
-        return env.get(name, "")
-
-    return _VARIABLE.sub(replace, text)
 
 
 def _read(path: Path) -> dict[str, Any] | None:
