@@ -78,7 +78,9 @@ class Monitor:
     def landed(self, landed: Landed) -> None:
         world = self.world
         if landed.key.endswith("mapper-state.lease.json"):
-            self.lease = None if landed.op == "delete" else _record(landed.data)
+            now = None if landed.op == "delete" else _record(landed.data)
+            self._note_forced(landed.sender, self.lease, now)
+            self.lease = now
             return
         if not landed.key.endswith(f"/{STATE_FILE}") or landed.op == "delete":
             return
@@ -105,6 +107,23 @@ class Monitor:
                     f"({landed.sender})",
                 )
             self.last_n = n
+
+    def _note_forced(
+        self, sender: str, before: LeaseRecord | None, now: LeaseRecord | None
+    ) -> None:
+        """An operator's ``lock break --force`` landing on the lease of a contender that was
+        not killed: that holder gives up 1 and 3 from this moment (it is declared dead). Read
+        from the write as it lands, not from what the operator saw when it started: the
+        lease may change hands between the two."""
+        world = self.world
+        if sender in world.contenders or before is None or now is None:
+            return
+        if now.status != BROKEN or now.free_at is not None:
+            return  # not a forced break
+        owner = before.owner_token
+        killed = any(world.owners.get(n) == owner and c.killed for n, c in world.contenders.items())
+        if not killed:
+            world.forced_live.add(owner)
 
     def passed(self, at: float, name: str) -> None:
         """3: a run holding its own lease passes data on only while that lease is valid in

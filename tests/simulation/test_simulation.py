@@ -64,6 +64,16 @@ def test_each_rare_bug_found_is_caught_at_its_seed(variant: Variant, seed: int) 
     assert result.ok, result.report()
 
 
+def test_a_forced_break_is_judged_by_the_lease_it_broke_not_by_the_one_first_seen() -> None:
+    """Seed 5120: the operator starts ``lock break --force`` while the lease is free, a run
+    takes it, and the break lands on that run's lease. That run was forced while it ran (it
+    gives up 3 by definition): the simulator used to judge by the lease the operator saw
+    when it started, and called the run's data passed on a broken invariant."""
+    result = simulate(5120)
+    assert result.ok, result.report()
+    assert result.faults.get("lock break --force of a live holder") == 1
+
+
 def test_a_seed_replays_exactly() -> None:
     seed = next(s for s in range(100) if simulate(s).steps > 200)  # a busy schedule
     first, again = simulate(seed), simulate(seed)

@@ -32,7 +32,7 @@ from typing import Any
 from mapper_state import runtime
 from mapper_state.config import load_settings
 from mapper_state.core import inherited
-from mapper_state.core.lease import Lease, LeaseRecord, break_lease, lease_key, skew_allowance
+from mapper_state.core.lease import Lease, break_lease, lease_key, skew_allowance
 from mapper_state.core.session import Session
 from mapper_state.errors import LeaseBusy, LeaseLost, MapperStateError
 from mapper_state.settings import Settings
@@ -308,15 +308,7 @@ class World:
         live holder gives up guarantee 3 by definition (it passes data on until it notices:
         that is what a plain break waits for), never 1 and 2. A failure of the command is
         its error, nothing more."""
-        record = self.store.objects().get(lease_key(STATE_ID))
-        holder = LeaseRecord.from_bytes(record.data) if record else None
-        dead = holder is not None and any(
-            self.owners.get(name) == holder.owner_token and c.killed
-            for name, c in self.contenders.items()
-        )
         force = self.plan.force_break
-        if force and not dead:
-            self.forced_live.add(holder.owner_token if holder else "")
         flag = " --force" if force else ""
         try:
             holder = break_lease(self.store, STATE_ID, force=force)
