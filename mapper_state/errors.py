@@ -70,6 +70,12 @@ class LeaseLost(MapperStateError):
     exit_code = ExitCode.LEASE_LOST
 
 
+class LeaseLapsed(LeaseLost):
+    """Our lease ran out before it could be renewed (the store did not answer in time, or
+    this process was not running): given up by this run at its renewal deadline, not
+    taken by another (which may happen only after the skew allowance past its expiry)."""
+
+
 class LeaseBroken(LeaseLost):
     """An operator broke our lease (``lock break``): stop, and say so when releasing.
 

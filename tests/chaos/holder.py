@@ -11,9 +11,11 @@ round appends one JSON line to OUT:
 ``kind`` is ``held`` (``[got, until)`` was held: ``got`` just after the acquire
 returned, ``until`` just after the confirming renewal succeeded, both ``time.time()``
 on this host), ``abandoned`` (the holder "crashed": it kept the lease without releasing
-or renewing it, so it expires; ``until`` is taken before it walks away), or ``lost``
-(the confirming renewal found the lease gone: someone took a lease that had not
-expired). ``errors`` counts store errors met in the round (faults on the wire).
+or renewing it, so it expires; ``until`` is taken before it walks away), ``lapsed`` (the
+heartbeat gave the lease up at its renewal deadline: the store did not answer the
+renewals in time), or ``lost`` (the confirming renewal found the lease gone: someone took
+a lease that had not expired). ``errors`` counts store errors met in the round (faults on
+the wire); ``why`` is the message of a round that was not ``held``.
 
 With ``"cli": true`` the holder is the real ``mapper-state run`` instead, whose tap and
 target are this same script (``tap``/``target`` sub-modes): the tap writes the time it
@@ -91,7 +93,7 @@ def count_up(store: Any, state_id: str) -> tuple[int, bool, bool]:
 def lease_rounds(spec: dict[str, Any], out_path: str) -> int:
     os.environ.update(spec.get("env", {}))
     from mapper_state.core.lease import Lease
-    from mapper_state.errors import LeaseBusy, LeaseLost
+    from mapper_state.errors import LeaseBusy, LeaseLapsed, LeaseLost
     from mapper_state.stores import open_store
     from mapper_state.stores.base import StoreError
 
@@ -142,16 +144,17 @@ def lease_rounds(spec: dict[str, Any], out_path: str) -> int:
                 )  # fmt: skip
                 done += 1
                 continue
-            kind = "held"
+            kind, why = "held", ""
             for _ in range(5):
                 try:
                     lease.confirm()
                     break
-                except LeaseLost:
-                    kind = "lost"
+                except LeaseLost as exc:
+                    kind, why = "lapsed" if isinstance(exc, LeaseLapsed) else "lost", exc.message
                     break
-                except StoreError:
+                except StoreError as exc:
                     errors += 1
+                    why = exc.message
             else:
                 kind = "unconfirmed"
             until = time.time()
@@ -162,6 +165,7 @@ def lease_rounds(spec: dict[str, Any], out_path: str) -> int:
             _line(
                 out, pid=os.getpid(), round=done, run_id=lease.run_id, kind=kind,
                 got=got, until=until, errors=errors, conflict=conflict, counted=counted,
+                why=why if kind != "held" else "",
             )  # fmt: skip
             done += 1
     return 0

@@ -6,7 +6,9 @@ and that a counter every holder increments in the state (read, then a fenced wri
 ends at exactly the number of rounds: no lost update. With faults, a fault proxy sits
 between the SDK and the emulator (errors, throttling, resets, lost responses of applied
 requests, slow answers) and some holders "crash" holding the lease (no renewal, no
-release), which the others must take over once it has expired.
+release), which the others must take over once it has expired. A holder whose renewals
+the store does not answer in time gives its lease up (``lapsed``): safe, and rare; one
+that finds its live lease taken (``lost``) fails the test.
 """
 
 from __future__ import annotations
@@ -181,7 +183,12 @@ def test_holders_never_overlap(
     )
     assert len(held) == n * rounds, f"{len(held)} of {n * rounds} rounds completed"
     assert not pairs, f"{len(pairs)} overlapping holds:\n{describe(pairs)}"
-    assert by_kind.get("lost", 0) == 0, "a holder found its live lease taken"
+    lost = [h.raw for h in held if h.kind == "lost"]
+    assert not lost, f"a holder found its live lease taken: {lost}"
+    # a holder whose renewals the store did not answer in time gives its lease up (safe);
+    # more than the odd round means the heartbeat, not the store, is losing leases
+    lapsed = [h.raw for h in held if h.kind == "lapsed"]
+    assert len(lapsed) <= max(1, len(held) // 20), f"leases given up unrenewed: {lapsed}"
     assert conflicts == 0, "a fenced state write found the state changed behind a holder"
     assert final == {"n": counted}, f"the counter says {final}, {counted} increments were made"
     if faults == "faults":

@@ -133,6 +133,13 @@ def _lost_answers(plan: Plan) -> Plan:
     return replace(plan, faults=replace(plan.faults, answer_lost=0.15, slow_answer=0.15))
 
 
+def _quick_timeouts(plan: Plan) -> Plan:
+    """A store that gives up on a call quickly (a tenth of the TTL: a reset, a store with a
+    short bound of its own), so that a create whose answer was lost is settled well before
+    the lease is due for renewal: nothing renews it before the run starts on it."""
+    return replace(plan, call_seconds=plan.ttl / 10)
+
+
 def _ignoring_deletes(plan: Plan) -> Plan:
     """A store that ignores delete conditions and takes its time (a release sent close to
     the lease's expiry lands after a takeover), contenders resuming close to expiry."""
@@ -187,6 +194,7 @@ VARIANTS: tuple[Variant, ...] = (
         "an answer-lost create adopted without reading back",
         200,
         ((protocol, "_settle_unknown", _adopt_unread),),
+        _quick_timeouts,
     ),
     Variant(
         "no-skew-allowance",

@@ -57,12 +57,16 @@ class Plan:
     #: The scheduler's own seed, when shrinking chose another than ``seed`` (a smaller
     #: world meets the failure in another interleaving).
     schedule: int | None = None
+    #: What one store call may spend (its own bound): ``None`` is a third of the TTL, the
+    #: bound a run opens its store with (``retry_deadline_seconds``).
+    call_seconds: float | None = None
 
     def describe(self) -> str:
         lines = [
             f"seed {self.seed}: TTL {self.ttl:g} s, skew allowance {skew_allowance(self.ttl):g} s, "
             f"faults {self.faults}"
-            + (f", schedule seed {self.schedule}" if self.schedule is not None else ""),
+            + (f", schedule seed {self.schedule}" if self.schedule is not None else "")
+            + (f", store calls end within {self.call_seconds:g} s" if self.call_seconds else ""),
         ]
         for c in self.contenders:
             lines.append("  " + ", ".join(f"{k}={v}" for k, v in c.items()))
@@ -134,7 +138,8 @@ class World:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.sim = Sim(plan.seed if plan.schedule is None else plan.schedule, horizon=60 * plan.ttl)
-        self.store = SimStore(self.sim, plan.faults, lease_key(STATE_ID), plan.ttl / 3)
+        call_seconds = plan.call_seconds or plan.ttl / 3
+        self.store = SimStore(self.sim, plan.faults, lease_key(STATE_ID), call_seconds)
         self.events = Events()
         self.contenders: dict[str, Contender] = {}
         self.kinds = {spec["name"]: spec["kind"] for spec in plan.contenders}

@@ -5,7 +5,8 @@ whether the lease is known to be lost, and the heartbeat thread: the only thread
 starts in ``core``. Every step it takes is a function of
 :mod:`mapper_state.core.lease.protocol`; this module decides only *when* to take them:
 
-- the heartbeat renews every third of the TTL, and between renewals reads the lease every
+- the heartbeat renews every third of the TTL (:func:`protocol.renewal_interval`), and
+  between renewals reads the lease every
   :func:`~mapper_state.core.lease.protocol.notice_seconds` so that a ``lock break`` or a
   takeover is noticed within seconds (a changed version is renewed at once, which settles
   whether the lease is still ours);
@@ -39,7 +40,7 @@ from mapper_state.core.lease.record import (
     read_lease,
     skew_allowance,
 )
-from mapper_state.errors import LeaseBroken, LeaseBusy, LeaseLost
+from mapper_state.errors import LeaseBroken, LeaseBusy, LeaseLapsed, LeaseLost
 from mapper_state.stores import deadline
 from mapper_state.stores.base import BlobStore, StoreError
 
@@ -202,7 +203,7 @@ class Lease:
         # until the lease expires, or the renewal's deadline passes, whichever is first
         wait = deadline.seconds_left(claim.record.expires_at - self.clock()) if claim else 0.0
         if not self._lock.acquire(timeout=max(0.0, wait)):  # a renewal waiting on the store
-            raise LeaseLost(
+            raise LeaseLapsed(
                 f"lost the lease on {self.state_id}: could not renew it before it expired"
             )
         try:
@@ -218,7 +219,8 @@ class Lease:
             except protocol.NotRenewed as exc:
                 self.claim = exc.claim
                 raise
-            self._renew_at = self.clock() + self.ttl / 3  # a confirmation is a renewal too
+            # a confirmation is a renewal too
+            self._renew_at = self.clock() + protocol.renewal_interval(self.ttl)
         finally:
             self._lock.release()
 
@@ -260,7 +262,7 @@ class Lease:
             if self._renewal_failed
             else "it ran out while this process was not running (stopped or frozen)"
         )
-        self.lost = self.lost or LeaseLost(f"lost the lease on {self.state_id}: {why}")
+        self.lost = self.lost or LeaseLapsed(f"lost the lease on {self.state_id}: {why}")
         return self.lost
 
     def winding_down(self) -> bool:
@@ -302,7 +304,8 @@ class Lease:
         else:
             # a lease adopted after its create's answer was lost is already some seconds old
             now = self.clock()
-            self._renew_at = min(now, claim.record.renewed_at) + self.ttl / 3
+            every = protocol.renewal_interval(self.ttl)
+            self._renew_at = min(now, claim.record.renewed_at) + every
             self._notice_at = now + protocol.notice_seconds(self.ttl)
         while self._sleep(self._pause(chore)):
             if renewing and self.claim is None:
@@ -355,7 +358,7 @@ class Lease:
                 return False
             if self.clock() >= by:
                 self._lose(
-                    LeaseLost(
+                    LeaseLapsed(
                         f"lost the lease on {self.state_id}: could not renew it before it "
                         "expired (the store did not answer in time)"
                     ),
@@ -363,7 +366,9 @@ class Lease:
                 )
                 return False
             # transient: try again soon, within the lease
-            self._renew_at = self.clock() + min(self.ttl / 3, max(0.05, (by - self.clock()) / 3))
+            self._renew_at = self.clock() + min(
+                protocol.renewal_interval(self.ttl), max(0.05, (by - self.clock()) / 3)
+            )
         except Exception as exc:  # noqa: BLE001 - any other failure loses the lease, named
             self._lose(
                 LeaseLost(f"lost the lease on {self.state_id}: renewing it failed: {exc!r}"),

@@ -67,6 +67,12 @@ def check_seconds(ttl: float) -> float:
     return max(SHORTEST_CHECK_SECONDS, min(5.0, ttl / 10))
 
 
+def renewal_interval(ttl: float) -> float:
+    """How often a holder renews its lease: every third of the TTL, so that a renewal
+    that fails has time to be tried again before the renewal deadline."""
+    return ttl / 3
+
+
 def notice_seconds(ttl: float) -> float:
     """How often a holder reads its lease between renewals, to notice a ``lock break`` (or a
     takeover) sooner than its next renewal: one read, a few seconds apart."""
@@ -107,13 +113,16 @@ def try_acquire(store: BlobStore, me: Applicant, clock: Clock) -> Claim | LeaseR
 
 
 def _fresh(store: BlobStore, claim: Claim, clock: Clock) -> Claim | LeaseRecord:
-    """The claim just taken, unless it is already near its expiry: its record was made
-    before the write, and a process frozen in between (a stop, a pause) wrote a lease that
-    others may already call expired. Such a claim is renewed at once; if that is refused,
+    """The claim just taken, unless its first renewal is already due: its record was made
+    before the write, and a slow write (retries, a lost answer read back) or a process
+    frozen in between (a stop, a pause) leaves a claim whose renewal deadline is near or
+    past, one that others may even call expired. Handed to the heartbeat as it is, such a
+    claim could be given up a moment after the run began. It is renewed at once instead,
+    so that the heartbeat starts with its whole window to renew; if that is refused,
     someone took it meanwhile: busy. If the renewal fails (the store did not answer), the
     run cannot start: the claim is given up if the store shows it is still ours, and
     when even that cannot be checked the error says until when it may be held."""
-    if clock() < claim.record.expires_at - skew_allowance(claim.ttl):
+    if clock() < claim.record.renewed_at + renewal_interval(claim.ttl):
         return claim
     try:
         return renew(store, claim, clock)
