@@ -477,20 +477,31 @@ def test_a_broken_lease_stops_the_run(
 #: A tap wrapper that relays tap-sample's messages slowly: each RECORD after the tenth a tenth
 #: of a second late, its STATE at once behind it (tap-sample emits one after each record
 #: here); after the tenth it writes its pid to ``$1``. A break lands between two records.
+#: The extractor of the broken run: tap-sample through a relay that slows it down after 10
+#: records, and writes each record together with the state that follows it, in one write
+#: (atomic on a pipe), so that however it is stopped its output never ends between a record
+#: and its state. target-jsonl forgets its state at every record and confirms only the
+#: last one, at its end: cut there, it would confirm nothing, and the next run would load
+#: every row again, as after any run whose loader confirmed no state (it did, once in CI).
 SLOW_TAP = """\
 import subprocess, sys, time
 marker, tap = sys.argv[1], sys.argv[2:]
 child = subprocess.Popen(tap, stdout=subprocess.PIPE)
-records = 0
+records, pending = 0, b""
 for line in child.stdout:
     if b'"RECORD"' in line:
         records += 1
         if records > 10:
             time.sleep(0.1)
-    sys.stdout.buffer.write(line)
+        pending += line
+        continue
+    sys.stdout.buffer.write(pending + line)
     sys.stdout.flush()
+    pending = b""
     if records == 10 and b'"STATE"' in line:
         open(marker, "w").write(str(child.pid))
+sys.stdout.buffer.write(pending)
+sys.stdout.flush()
 sys.exit(child.wait())
 """
 
@@ -503,7 +514,8 @@ def test_a_break_in_the_el_block_loads_no_row_twice(
     """``lock break`` while the tap is extracting, a second machine's run waiting for the
     lease: the broken run stops its tap, its target loads what it was sent and confirms it,
     that state is kept, and the next run takes the lease once the broken one has stopped
-    (well within the TTL) and resumes from it: every row is loaded exactly once."""
+    (well within the TTL) and resumes from it: every row is loaded exactly once (the tap's
+    output ends on a state however it is stopped: ``SLOW_TAP``)."""
     rows = 60
     first, second = machines(tmp_path, meltano_addon, file_backend)
     add_rows(tmp_path / "events.jsonl", rows - 10)
