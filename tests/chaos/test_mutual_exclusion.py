@@ -192,7 +192,8 @@ def test_holders_never_overlap(
     assert conflicts == 0, "a fenced state write found the state changed behind a holder"
     assert final == {"n": counted}, f"the counter says {final}, {counted} increments were made"
     if faults == "faults":
-        assert by_kind.get("abandoned", 0) > 0 or rounds * n < 50
+        # some holder walked away, where enough rounds were run to expect it (5 or more)
+        assert by_kind.get("abandoned", 0) > 0 or rounds * n * ABANDON_RATE < 5
         if proxy is not None:
             assert sum(injected.values()) > 0
 
