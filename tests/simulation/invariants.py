@@ -203,7 +203,8 @@ def check_end(world: World, counter: Monitor) -> None:
 
 def _check_no_false_loss(world: World, counter: Monitor, final: LeaseRecord | None) -> None:
     """5, the other half: a contender that concluded it lost its lease while nobody else
-    touched it and the store still shows it held, unexpired, learned wrong."""
+    touched it (the lease, or the state under it) and the store still shows it held,
+    unexpired, learned wrong."""
     for name, c in world.contenders.items():
         outcome = world.events.outcome.get(name, "")
         if c.killed or not outcome.startswith("lease-lost") or c.ended_at is None:
@@ -211,6 +212,8 @@ def _check_no_false_loss(world: World, counter: Monitor, final: LeaseRecord | No
         reason = world.events.lost_reason.get(name, outcome)
         if "could not renew it before it expired" in reason or "ran out while" in reason:
             continue  # the renewal deadline passed (no answer, or frozen): giving up is the rule
+        if _state_written_by_another_under(world, name):
+            continue  # someone did touch it: refusing to overwrite that state is the rule
         counter.checks += 1
         learned = world.events.learned_lost.get(name, c.ended_at)
         record = _lease_at(world, learned)
@@ -226,6 +229,20 @@ def _check_no_false_loss(world: World, counter: Monitor, final: LeaseRecord | No
                 f"{name} concluded at {learned:.3f} that it lost its lease ({outcome}) while "
                 f"the store held it as its own: {record.describe()}",
             )
+
+
+def _state_written_by_another_under(world: World, name: str) -> bool:
+    """Did a state write of another contender land while the lease was ``name``'s? Only a
+    holder whose lease an operator forced while it ran can do that (invariant 1 holds the
+    rest): its write, sent under its own lease, landing after ``name`` took the lease over."""
+    owner = world.owners.get(name)
+    for landed in world.store.history:
+        if landed.sender == name or not landed.key.endswith(f"/{STATE_FILE}"):
+            continue
+        lease = _record(landed.lease_then)
+        if lease is not None and lease.owner_token == owner:
+            return True
+    return False
 
 
 def _check_stopped(world: World, counter: Monitor) -> None:

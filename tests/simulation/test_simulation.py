@@ -74,6 +74,17 @@ def test_a_forced_break_is_judged_by_the_lease_it_broke_not_by_the_one_first_see
     assert result.faults.get("lock break --force of a live holder") == 1
 
 
+def test_a_state_written_under_a_lease_by_a_forced_holder_is_a_right_conclusion() -> None:
+    """Seed 784522434 (a fresh seed of one CI run): ``lock break --force`` of a live exec
+    whose state write was still on its way; it landed after the next run took the lease,
+    and that run refused to overwrite the state changed behind it (exit 4). The simulator
+    called that a false loss (invariant 5: "the store held it as its own") although another
+    writer had touched the state under that lease; it now reads the state writes too."""
+    result = simulate(784522434)
+    assert result.ok, result.report()
+    assert result.faults.get("lock break --force of a live holder") == 1
+
+
 def test_a_seed_replays_exactly() -> None:
     seed = next(s for s in range(100) if simulate(s).steps > 200)  # a busy schedule
     first, again = simulate(seed), simulate(seed)
