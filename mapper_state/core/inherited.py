@@ -34,7 +34,7 @@ from mapper_state.core.lease import (
     skew_allowance,
     winding_down_for,
 )
-from mapper_state.errors import LeaseLost
+from mapper_state.errors import LeaseLapsed, LeaseLost
 from mapper_state.stores.base import BlobStore
 
 #: The environment variable naming the leases an enclosing run holds (a JSON list).
@@ -158,7 +158,7 @@ class InheritedLease:
             return left  # broken by an operator: the run winds down, as its holder lets it
         ours = is_held_by(holder, self.owner)
         state = "about to expire" if ours else f"gone: now {lost_to(holder, self.run_id)}"
-        raise LeaseLost(
+        raise (LeaseLapsed if ours else LeaseLost)(
             f"the lease on {self.state_id} in {self.store.display_uri} of the enclosing "
             f"{self.held.described()} is {state}; not writing"
         )

@@ -201,6 +201,13 @@ def check_end(world: World, counter: Monitor) -> None:
     _check_no_false_loss(world, counter, final)
 
 
+#: What a run says when it gives its lease up at the renewal deadline (``LeaseLapsed``):
+#: its renewals got no answer in time, it was frozen past it, or (a writer under an
+#: enclosing run's lease) the lease it read was within the skew allowance of its expiry,
+#: which is the moment its holder gives it up unless a renewal lands first.
+GIVING_UP = ("could not renew it before it expired", "ran out while", "is about to expire")
+
+
 def _check_no_false_loss(world: World, counter: Monitor, final: LeaseRecord | None) -> None:
     """5, the other half: a contender that concluded it lost its lease while nobody else
     touched it (the lease, or the state under it) and the store still shows it held,
@@ -210,7 +217,7 @@ def _check_no_false_loss(world: World, counter: Monitor, final: LeaseRecord | No
         if c.killed or not outcome.startswith("lease-lost") or c.ended_at is None:
             continue
         reason = world.events.lost_reason.get(name, outcome)
-        if "could not renew it before it expired" in reason or "ran out while" in reason:
+        if any(rule in reason for rule in GIVING_UP):
             continue  # the renewal deadline passed (no answer, or frozen): giving up is the rule
         if _state_written_by_another_under(world, name):
             continue  # someone did touch it: refusing to overwrite that state is the rule

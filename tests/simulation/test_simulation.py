@@ -85,6 +85,18 @@ def test_a_state_written_under_a_lease_by_a_forced_holder_is_a_right_conclusion(
     assert result.faults.get("lock break --force of a live holder") == 1
 
 
+def test_a_writer_that_reads_its_lease_at_the_renewal_deadline_gives_up_by_the_rule() -> None:
+    """Seed 393688119 (a scan of fresh seeds): an exec frozen for 1.84 s of its 3 s TTL
+    renews its lease just before its renewal deadline while its command's write reads the
+    record the renewal replaced, within the skew allowance of its expiry: the write is
+    refused ("about to expire", ``LeaseLapsed``) and the run ends, exit 4. That is the
+    rule, as for a renewal that gets no answer by the deadline; the simulator called it a
+    false loss."""
+    result = simulate(393688119)
+    assert result.ok, result.report()
+    assert "is about to expire; not writing" in " ".join(result.outcomes.values())
+
+
 def test_a_seed_replays_exactly() -> None:
     seed = next(s for s in range(100) if simulate(s).steps > 200)  # a busy schedule
     first, again = simulate(seed), simulate(seed)
