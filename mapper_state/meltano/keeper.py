@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from mapper_state import log
+from mapper_state import log, runtime
 from mapper_state.config import settings_from_values
 from mapper_state.core import history, state
 from mapper_state.core.lease import Lease, LeaseRecord
@@ -191,7 +191,7 @@ def _keep_lease() -> int:
     parent = int(payload["parent_pid"])
     record = replace(
         record,
-        pid=os.getpid(),
+        pid=runtime.pid(),
         command=f"{kept_for(parent)}{record.command}"[:200],
     )
     try:
